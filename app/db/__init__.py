@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, sessions and the repositories that hold every query."""

@@ -1,0 +1,41 @@
+"""The `responses` table: one row a stored response, its request parameters and its output."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, UtcDateTime, utc_now
+
+
+class ResponseRow(Base):
+    __tablename__ = "responses"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(256))
+    background: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Created with stream=true: with background, its events are stored for replay.
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    previous_response_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    output: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    incomplete_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    #: The generation job (prompt tokens, sampling), kept so that a job lost with Redis can be enqueued again.
+    job: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    #: Refreshed by the worker while it generates; a stale one means the worker died.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now, onupdate=utc_now)
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+
+    __table_args__ = (
+        Index("ix_responses_previous_response_id", "previous_response_id"),
+        Index("ix_responses_status", "status"),
+    )

@@ -1,0 +1,1 @@
+"""Every query the server makes lives in this package."""

@@ -1,0 +1,162 @@
+"""Queries on responses and their input items: insert, fetch, the chain walk, paging, delete, transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, delete, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
+
+MAX_CHAIN_DEPTH = 10_000
+
+
+async def insert_response(session: AsyncSession, row: ResponseRow, items: Iterable[dict[str, Any]]) -> None:
+    session.add(row)
+    await session.flush()
+    session.add_all(
+        InputItemRow(response_id=row.id, position=position, item_id=item["id"], item=item)
+        for position, item in enumerate(items)
+    )
+    await session.flush()
+
+
+async def get_response(session: AsyncSession, response_id: str, tenant: str) -> ResponseRow | None:
+    query = select(ResponseRow).where(ResponseRow.id == response_id, ResponseRow.tenant == tenant)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def get_chain(session: AsyncSession, response_id: str, tenant: str) -> list[ResponseRow]:
+    """The response and every ancestor by previous_response_id, oldest first: one recursive query."""
+    anchor = select(
+        ResponseRow.id.label("id"),
+        ResponseRow.previous_response_id.label("parent"),
+        literal(0).label("depth"),
+    ).where(ResponseRow.id == response_id, ResponseRow.tenant == tenant)
+    chain = anchor.cte("chain", recursive=True)
+    step = (
+        select(ResponseRow.id, ResponseRow.previous_response_id, chain.c.depth + 1)
+        .join(chain, ResponseRow.id == chain.c.parent)
+        .where(ResponseRow.tenant == tenant, chain.c.depth < MAX_CHAIN_DEPTH)
+    )
+    chain = chain.union_all(step)
+    query = select(ResponseRow).join(chain, ResponseRow.id == chain.c.id).order_by(chain.c.depth.desc())
+    return list((await session.execute(query)).scalars())
+
+
+async def get_input_items(session: AsyncSession, response_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The input items of several responses at once, each list in request order."""
+    query = (
+        select(InputItemRow)
+        .where(InputItemRow.response_id.in_(response_ids))
+        .order_by(InputItemRow.response_id, InputItemRow.position)
+    )
+    items: dict[str, list[dict[str, Any]]] = {response_id: [] for response_id in response_ids}
+    for row in (await session.execute(query)).scalars():
+        items[row.response_id].append(row.item)
+    return items
+
+
+async def find_item_position(session: AsyncSession, response_id: str, item_id: str) -> int | None:
+    query = (
+        select(InputItemRow.position)
+        .where(InputItemRow.response_id == response_id, InputItemRow.item_id == item_id)
+        .order_by(InputItemRow.position)
+        .limit(1)
+    )
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def page_input_items(
+    session: AsyncSession,
+    response_id: str,
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after_position: int | None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """One page of a response's input items and whether more follow."""
+    query = select(InputItemRow.item).where(InputItemRow.response_id == response_id)
+    if order == "asc":
+        if after_position is not None:
+            query = query.where(InputItemRow.position > after_position)
+        query = query.order_by(InputItemRow.position.asc())
+    else:
+        if after_position is not None:
+            query = query.where(InputItemRow.position < after_position)
+        query = query.order_by(InputItemRow.position.desc())
+    rows = list((await session.execute(query.limit(limit + 1))).scalars())
+    return rows[:limit], len(rows) > limit
+
+
+async def delete_response(session: AsyncSession, response_id: str, tenant: str) -> bool:
+    owned = await get_response(session, response_id, tenant)
+    if owned is None:
+        return False
+    await session.execute(delete(InputItemRow).where(InputItemRow.response_id == response_id))
+    await session.execute(delete(ResponseRow).where(ResponseRow.id == response_id))
+    return True
+
+
+async def _update_while_status(
+    session: AsyncSession, from_statuses: Iterable[str], values: dict[str, Any], *conditions: ColumnElement[bool]
+) -> int:
+    query = (
+        update(ResponseRow)
+        .where(ResponseRow.status.in_(list(from_statuses)), *conditions)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    result = await session.execute(query)
+    return int(getattr(result, "rowcount", 0))
+
+
+async def transition(
+    session: AsyncSession, response_id: str, *, from_statuses: Iterable[str], values: dict[str, Any]
+) -> bool:
+    """Conditional update: applies `values` only while the status is one of `from_statuses`."""
+    return await _update_while_status(session, from_statuses, values, ResponseRow.id == response_id) == 1
+
+
+async def fail_unfinished(session: AsyncSession, *, error: dict[str, Any]) -> int:
+    """Mark every queued or in-progress response failed; returns how many there were."""
+    return await _update_while_status(session, ("queued", "in_progress"), {"status": "failed", "error": error})
+
+
+async def insert_events(session: AsyncSession, response_id: str, events: Sequence[dict[str, Any]]) -> None:
+    session.add_all(
+        ResponseEventRow(response_id=response_id, sequence_number=event["sequence_number"], event=event)
+        for event in events
+    )
+    await session.flush()
+
+
+async def events_after(session: AsyncSession, response_id: str, after_sequence: int) -> list[dict[str, Any]]:
+    query = (
+        select(ResponseEventRow.event)
+        .where(ResponseEventRow.response_id == response_id, ResponseEventRow.sequence_number > after_sequence)
+        .order_by(ResponseEventRow.sequence_number)
+    )
+    return list((await session.execute(query)).scalars())
+
+
+async def get_status(session: AsyncSession, response_id: str) -> str | None:
+    query = select(ResponseRow.status).where(ResponseRow.id == response_id)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def fail_stale(session: AsyncSession, *, heartbeat_before: datetime, error: dict[str, Any]) -> int:
+    """Fail in-progress responses whose worker stopped beating; returns how many."""
+    values = {"status": "failed", "error": error}
+    return await _update_while_status(session, ("in_progress",), values, ResponseRow.heartbeat_at < heartbeat_before)
+
+
+async def queued_jobs(session: AsyncSession, *, created_before: datetime) -> list[dict[str, Any]]:
+    """The stored jobs of responses still queued since before `created_before`."""
+    query = select(ResponseRow.job).where(
+        ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
+    )
+    return [job for job in (await session.execute(query)).scalars() if job is not None]

@@ -1,0 +1,30 @@
+"""Engine and sessionmaker construction (called from the lifespan, never at import time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+SQLITE_BUSY_TIMEOUT_S = 30
+
+
+def create_engine(database_url: str) -> AsyncEngine:
+    if not database_url.startswith("sqlite"):
+        return create_async_engine(database_url, pool_pre_ping=True)
+    engine = create_async_engine(database_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _sqlite_pragmas(connection: Any, _: Any) -> None:
+        # WAL lets readers (GET, input_items) go on while a generation writes; foreign keys for cascades.
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,147 @@
+"""One ApiError root rendered as OpenAI's `{"error": {message, type, param, code}}`, and its handlers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(ApiError):
+    """400: the request is malformed or asks for something we cannot do."""
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class NotFound(ApiError):
+    status_code = 404
+
+
+class ServiceUnavailable(ApiError):
+    status_code = 503
+    error_type = "server_error"
+
+
+def response_not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+def _render(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code)
+
+
+def _server_error(error: Exception) -> JSONResponse:
+    logger.exception("unhandled error", exc_info=error)
+    body = {
+        "error": {"message": "The server had an error.", "type": "server_error", "param": None, "code": "server_error"}
+    }
+    return JSONResponse(body, status_code=500)
+
+
+def _param_from_location(location: tuple[Any, ...]) -> str | None:
+    """Turn pydantic's loc into an OpenAI param path: ('body', 'input', 0, 'role') -> input[0].role."""
+    parts = [part for part in location if part not in ("body", "query", "path", "header")]
+    # Union members appear in the location as tags ("kind:message") or types ("list[...]"); they are
+    # not part of the user's path.
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif isinstance(part, str) and (":" in part or "[" in part):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or None
+
+
+def validation_error(errors: list[Any]) -> InvalidRequest:
+    """One 400 from the first pydantic error, in OpenAI's words where they differ from pydantic's."""
+    first = errors[0]
+    param = _param_from_location(tuple(first.get("loc", ())))
+    kind = first.get("type", "")
+    if kind == "missing":
+        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return InvalidRequest(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    if kind == "json_invalid":
+        return InvalidRequest(
+            "We could not parse the JSON body of your request. The body must be a valid JSON object.",
+            code="invalid_json",
+        )
+    message = str(first.get("msg", "Invalid value"))
+    message = message.removeprefix("Value error, ")
+    return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code="invalid_value")
+
+
+def register_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
+        return _render(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
+        return _render(validation_error(list(error.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        status = error.status_code
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body = {"error": {"message": str(error.detail), "type": kind, "param": None, "code": None}}
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_: Request, error: DBAPIError) -> JSONResponse:
+        if not error.connection_invalidated and not isinstance(error, OperationalError | InterfaceError):
+            return _server_error(error)
+        logger.warning("database unavailable: %s", error)
+        return _render(
+            ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
+        )
+
+    @app.exception_handler(RedisConnectionError)
+    @app.exception_handler(RedisTimeoutError)
+    async def _queue(_: Request, error: Exception) -> JSONResponse:
+        logger.warning("the queue (Redis) is unavailable: %s", error)
+        return _render(ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable"))
+
+    @app.exception_handler(OSError)
+    async def _unreachable(_: Request, error: OSError) -> JSONResponse:
+        logger.warning("a backing service is unreachable: %s", error)
+        return _render(ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable"))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+        return _server_error(error)
