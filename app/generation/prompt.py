@@ -1,0 +1,116 @@
+"""Responses items -> chat messages: the one place where a conversation becomes what the model reads."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.generation.tool_calls import (
+    FunctionSpec,
+    render_call,
+    render_call_output,
+    render_custom_call,
+    tools_prompt,
+)
+
+# NOTE: chat templates of small open models rarely know the `developer` role; it is a system message to them.
+TEMPLATE_ROLE = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+    def as_template_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def item_text(item: dict[str, Any]) -> str:
+    """The text of a stored message item (see schemas.items.MessageItem), parts joined in order."""
+    parts = item.get("content", [])
+    if isinstance(parts, str):
+        return parts
+    return "".join(str(part.get("text", part.get("refusal", ""))) for part in parts)
+
+
+def item_to_message(item: dict[str, Any]) -> ChatMessage:
+    kind = item.get("type", "message")
+    if kind == "function_call":
+        return ChatMessage("assistant", render_call(item["name"], item["arguments"]))
+    if kind == "custom_tool_call":
+        return ChatMessage("assistant", render_custom_call(item["name"], item["input"]))
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        output = item["output"] if isinstance(item["output"], str) else item_text({"content": item["output"]})
+        # NOTE: a user turn, not a `tool` role: many small models' templates know no such role.
+        return ChatMessage("user", render_call_output(output))
+    return ChatMessage(role=TEMPLATE_ROLE[item["role"]], content=item_text(item))
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One earlier response of a chain: the input items it was given and the output it produced."""
+
+    input_items: Sequence[dict[str, Any]]
+    output_items: Sequence[dict[str, Any]]
+
+
+def build_context(
+    *,
+    instructions: str | None,
+    history: Iterable[Turn],
+    new_items: Sequence[dict[str, Any]],
+    functions: Sequence[FunctionSpec] = (),
+    reasoning_tags: tuple[str, str] | None = None,
+) -> tuple[ChatMessage | None, list[ChatMessage]]:
+    """The system message of this request (instructions and tools are never inherited) and the conversation.
+
+    The conversation is every turn's input then its output, oldest first, then this request's own items.
+    """
+    system_parts = [part for part in (instructions, tools_prompt(functions) if functions else None) if part]
+    system = ChatMessage("system", "\n\n".join(system_parts)) if system_parts else None
+    items = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + list(new_items)
+    return system, _messages(items, reasoning_tags)
+
+
+def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] | None) -> list[ChatMessage]:
+    """Items -> chat messages; a reasoning item goes, between its tags, before the assistant turn it led to."""
+    messages: list[ChatMessage] = []
+    reasoning = ""
+    for item in items:
+        if item.get("type") == "reasoning":
+            if reasoning_tags is not None:
+                reasoning += f"{reasoning_tags[0]}{reasoning_text(item)}{reasoning_tags[1]}\n"
+            continue
+        message = item_to_message(item)
+        if reasoning and message.role == "assistant":
+            message = ChatMessage("assistant", reasoning + message.content)
+        elif reasoning:
+            messages.append(ChatMessage("assistant", reasoning.rstrip("\n")))
+        reasoning = ""
+        messages.append(message)
+    if reasoning:
+        messages.append(ChatMessage("assistant", reasoning.rstrip("\n")))
+    return messages
+
+
+def reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text: its content, else what a stateless client sent back as encrypted_content."""
+    content = item.get("content") or []
+    if content:
+        return "".join(str(part.get("text", "")) for part in content)
+    encoded = item.get("encrypted_content")
+    if encoded:
+        try:
+            return base64.b64decode(encoded).decode()
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return "".join(str(part.get("text", "")) for part in item.get("summary") or [])
+
+
+def call_ids(history: Iterable[Turn], new_items: Sequence[dict[str, Any]]) -> set[str]:
+    """The call_id of every function call in the context, which function_call_output items must answer."""
+    items = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + list(new_items)
+    return {item["call_id"] for item in items if item.get("type") in ("function_call", "custom_tool_call")}

@@ -1,0 +1,99 @@
+"""Chat messages -> prompt tokens, with the model's own chat template, from a vocabulary-only llama.cpp load."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from app.generation.prompt import ChatMessage
+from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
+
+# Used only when a GGUF carries no template of its own.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+DEFAULT_REASONING_TAGS = ("<think>", "</think>")
+
+
+def parse_reasoning_tags(setting: str | None, template: str) -> tuple[str, str] | None:
+    """The reasoning markers: the setting's 'open,close' (or 'none'), else <think> when the template uses it."""
+    if setting is None:
+        return DEFAULT_REASONING_TAGS if DEFAULT_REASONING_TAGS[0] in template else None
+    if setting.strip().lower() == "none":
+        return None
+    opening, _, closing = setting.partition(",")
+    if not opening.strip() or not closing.strip():
+        raise ValueError(f"RESPONSES_REASONING_TAGS must be 'open,close' or 'none', not {setting!r}")
+    return opening.strip(), closing.strip()
+
+
+class ChatTokenizer:
+    """Renders conversations deterministically (same messages -> same tokens), so prefixes repeat across turns.
+
+    Thread-safe for rendering: a vocabulary-only model has no context and no mutable state.
+    """
+
+    def __init__(self, model_path: Path, *, n_ctx: int | None, reasoning_tags: str | None = None) -> None:
+        self._vocab = llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
+        metadata = self._vocab.metadata
+        # A vocabulary-only load reports no trained context; the GGUF metadata has it.
+        trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
+        self.n_ctx = n_ctx or trained
+        template = metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        self.reasoning_tags = parse_reasoning_tags(reasoning_tags, template)
+        self.supports_tools = "tools" in template
+        vocab = self._vocab._model.vocab
+        self._bos = llama_cpp.llama_vocab_bos(vocab)
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self._formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=self._token_text(llama_cpp.llama_vocab_eos(vocab)),
+            bos_token=self._token_text(self._bos),
+        )
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._vocab.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    def render(self, messages: Sequence[ChatMessage], template_options: Mapping[str, Any] | None = None) -> list[int]:
+        template_messages: list[Any] = [message.as_template_dict() for message in messages]
+        prompt = self._formatter(messages=template_messages, **(template_options or {})).prompt
+        tokens = self._vocab.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        if self._add_bos and self._bos >= 0 and (not tokens or tokens[0] != self._bos):
+            tokens.insert(0, self._bos)
+        return tokens
+
+    def fits(self, prompt_tokens: int) -> bool:
+        return prompt_tokens + MIN_OUTPUT_TOKENS <= self.n_ctx
+
+    def render_within_context(
+        self,
+        system: ChatMessage | None,
+        conversation: Sequence[ChatMessage],
+        *,
+        truncate: bool,
+        template_options: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Tokens of the whole conversation; with `truncate`, the oldest messages go first until it fits.
+
+        Raises ContextTooLong when it cannot fit (even the newest message alone, when truncating).
+        """
+        head = [system] if system else []
+        tokens = self.render([*head, *conversation], template_options)
+        if self.fits(len(tokens)):
+            return tokens
+        if not truncate:
+            raise ContextTooLong(len(tokens), self.n_ctx)
+        for start in range(1, len(conversation)):
+            tokens = self.render([*head, *conversation[start:]], template_options)
+            if self.fits(len(tokens)):
+                return tokens
+        raise ContextTooLong(len(tokens), self.n_ctx)

@@ -1,0 +1,73 @@
+"""Plain values that cross between the engine, the queues and the services (no llama_cpp import here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from app.generation.prompt import ChatMessage
+
+#: Room a prompt must leave for the answer; matches the API's minimum max_output_tokens.
+MIN_OUTPUT_TOKENS = 16
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float
+    top_p: float
+    max_output_tokens: int | None
+    #: GBNF that every sampled token must keep satisfiable (structured output); None: free text.
+    grammar: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The last thing a generation yields after its text pieces."""
+
+    reason: FinishReason
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationFailed:
+    """The engine raised: the run ends with this instead of a Finish."""
+
+    message: str
+
+
+GenerationOutput = str | Finish | GenerationFailed
+
+
+class PromptRenderer(Protocol):
+    """Conversation -> prompt tokens within the context window (ChatTokenizer; a fake in unit tests)."""
+
+    n_ctx: int
+    #: The model's (open, close) reasoning markers, or None for a model without a reasoning section.
+    reasoning_tags: tuple[str, str] | None
+    #: The chat template renders a `tools` list itself (else tools go into the system prompt, our way).
+    supports_tools: bool
+
+    def render_within_context(
+        self,
+        system: ChatMessage | None,
+        conversation: Sequence[ChatMessage],
+        *,
+        truncate: bool,
+        template_options: Mapping[str, Any] | None = None,
+    ) -> list[int]: ...
+
+
+class ContextTooLong(ValueError):
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"Your input is {prompt_tokens} tokens, which does not fit the model's context window of {n_ctx} "
+            f"tokens with room for {MIN_OUTPUT_TOKENS} output tokens. Shorten the input or set "
+            "truncation to 'auto'."
+        )
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx

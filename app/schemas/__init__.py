@@ -1,0 +1,1 @@
+"""Wire schemas: pydantic models named and shaped as the openai SDK's types; no storage imports."""

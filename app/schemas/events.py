@@ -1,0 +1,108 @@
+"""Streaming events, as the openai SDK's `ResponseStreamEvent` union defines them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.schemas.items import Item, OutputText
+from app.schemas.responses import ResponseObject
+
+
+class ResponseEvent(BaseModel):
+    type: str
+    sequence_number: int
+
+
+class ResponseLifecycleEvent(ResponseEvent):
+    """response.created / queued / in_progress / completed / incomplete / failed / cancelled."""
+
+    response: ResponseObject
+
+
+class OutputItemEvent(ResponseEvent):
+    """response.output_item.added / done."""
+
+    output_index: int
+    item: Item
+
+
+class ContentPartEvent(ResponseEvent):
+    """response.content_part.added / done."""
+
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDeltaEvent(ResponseEvent):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class OutputTextDoneEvent(ResponseEvent):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class FunctionCallArgumentsDeltaEvent(ResponseEvent):
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(ResponseEvent):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class CustomToolCallInputDeltaEvent(ResponseEvent):
+    type: Literal["response.custom_tool_call_input.delta"] = "response.custom_tool_call_input.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDoneEvent(ResponseEvent):
+    type: Literal["response.custom_tool_call_input.done"] = "response.custom_tool_call_input.done"
+    item_id: str
+    output_index: int
+    input: str
+
+
+class ReasoningTextDeltaEvent(ResponseEvent):
+    type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDoneEvent(ResponseEvent):
+    type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+class ErrorEvent(ResponseEvent):
+    """A mid-stream error: flat fields, no nested `error` key (the SDK raises on that)."""
+
+    type: Literal["error"] = "error"
+    code: str | None
+    message: str
+    param: str | None = None

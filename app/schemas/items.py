@@ -1,0 +1,243 @@
+"""Items on the wire: what a request may send as input, and the message items we store and return."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+Role = Literal["user", "assistant", "system", "developer"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class InputText(BaseModel):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] | None = None
+
+
+class Refusal(BaseModel):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class UnsupportedPart(BaseModel):
+    """A content part the API defines but a text-only llama.cpp model cannot take (images, files, audio)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["input_image", "input_file", "input_audio"]
+
+
+def _part_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"part:{kind}" if isinstance(kind, str) else None
+
+
+ContentPart = Annotated[
+    Annotated[InputText, Tag("part:input_text")]
+    | Annotated[OutputText, Tag("part:output_text")]
+    | Annotated[Refusal, Tag("part:refusal")]
+    | Annotated[UnsupportedPart, Tag("part:input_image")]
+    | Annotated[UnsupportedPart, Tag("part:input_file")]
+    | Annotated[UnsupportedPart, Tag("part:input_audio")],
+    Discriminator(
+        _part_kind,
+        custom_error_type="invalid_content_part",
+        custom_error_message="content parts must have a type of input_text, output_text or refusal",
+    ),
+]
+
+
+def _text_or_list(value: Any) -> str:
+    return "kind:text" if isinstance(value, str) else "kind:list"
+
+
+MessageContent = Annotated[
+    Annotated[str, Tag("kind:text")] | Annotated[list[ContentPart], Tag("kind:list")],
+    Discriminator(_text_or_list),
+]
+
+
+class InputMessage(BaseModel):
+    """A message in `input`; `type` may be left out (the SDK's EasyInputMessage)."""
+
+    type: Literal["message"] = "message"
+    role: Role
+    content: MessageContent
+    id: str | None = None
+    status: ItemStatus | None = None
+
+
+class UnsupportedItem(BaseModel):
+    """An input item type the API defines and we do not run yet: a 400 naming it, never silently dropped."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+class FunctionCallItem(BaseModel):
+    """The model's call of a function tool (an output item), or the same call sent back as input."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+    namespace: str | None = None
+    status: ItemStatus | None = "completed"
+
+
+class FunctionCallOutputItem(BaseModel):
+    """The client's answer to a function call, matched to it by call_id."""
+
+    type: Literal["function_call_output"] = "function_call_output"
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    output: str | list[dict[str, Any]]
+    status: ItemStatus | None = "completed"
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(str(part.get("text", "")) for part in self.output)
+
+
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class SummaryText(BaseModel):
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """The model's reasoning before its answer (output), or the same sent back as input."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    # NOTE: not encrypted: the reasoning text, base64-encoded, for stateless clients to send back.
+    encrypted_content: str | None = None
+    status: ItemStatus | None = None
+
+
+class CustomToolCallItem(BaseModel):
+    """The model's call of a custom tool: free-text input instead of JSON arguments."""
+
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: str
+    namespace: str | None = None
+
+
+class CustomToolCallOutputItem(BaseModel):
+    type: Literal["custom_tool_call_output"] = "custom_tool_call_output"
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    output: str | list[dict[str, Any]]
+
+
+ITEM_KINDS = {
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "custom_tool_call",
+    "custom_tool_call_output",
+}
+#: Item types that call a tool, and the ones that answer such a call (matched by call_id).
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+CALL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+def _item_kind(value: Any) -> str:
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"item:{kind}" if kind in ITEM_KINDS else "item:unsupported"
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("item:message")]
+    | Annotated[FunctionCallItem, Tag("item:function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("item:function_call_output")]
+    | Annotated[ReasoningItem, Tag("item:reasoning")]
+    | Annotated[CustomToolCallItem, Tag("item:custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("item:custom_tool_call_output")]
+    | Annotated[UnsupportedItem, Tag("item:unsupported")],
+    Discriminator(_item_kind),
+]
+
+
+RequestInput = Annotated[
+    Annotated[str, Tag("kind:text")] | Annotated[list[InputItem], Tag("kind:list")],
+    Discriminator(_text_or_list),
+]
+
+
+class MessageItem(BaseModel):
+    """A message as we store it and list it: normalised content parts, an id, a status.
+
+    User/system/developer messages carry `input_text` parts (the SDK's ResponseInputMessageItem); assistant
+    messages carry `output_text`/`refusal` parts (its ResponseOutputMessage), for input and output alike.
+    """
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Role
+    content: list[InputText | OutputText | Refusal]
+    status: ItemStatus = "completed"
+
+    @property
+    def text(self) -> str:
+        """The message's text as the model reads it (refusals included)."""
+        return "".join(part.refusal if isinstance(part, Refusal) else part.text for part in self.content)
+
+
+class StoredFunctionCall(FunctionCallItem):
+    id: str
+    status: ItemStatus = "completed"
+
+
+class StoredFunctionCallOutput(FunctionCallOutputItem):
+    id: str
+    status: ItemStatus = "completed"
+
+
+class StoredReasoning(ReasoningItem):
+    id: str
+
+
+class StoredCustomToolCall(CustomToolCallItem):
+    id: str
+
+
+class StoredCustomToolCallOutput(CustomToolCallOutputItem):
+    id: str
+
+
+def _stored_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"item:{kind}"
+
+
+#: Any item as stored and returned (input_items, output).
+Item = Annotated[
+    Annotated[MessageItem, Tag("item:message")]
+    | Annotated[StoredFunctionCall, Tag("item:function_call")]
+    | Annotated[StoredFunctionCallOutput, Tag("item:function_call_output")]
+    | Annotated[StoredReasoning, Tag("item:reasoning")]
+    | Annotated[StoredCustomToolCall, Tag("item:custom_tool_call")]
+    | Annotated[StoredCustomToolCallOutput, Tag("item:custom_tool_call_output")],
+    Discriminator(_stored_kind),
+]

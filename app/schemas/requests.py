@@ -1,0 +1,117 @@
+"""The body of `POST /v1/responses`, with the Responses API's own bounds."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.schemas.items import RequestInput
+
+METADATA_MAX_PAIRS = 16
+METADATA_MAX_KEY_CHARS = 64
+METADATA_MAX_VALUE_CHARS = 512
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_schema", "json_object"]
+    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _json_schema_needs_name_and_schema(self) -> TextFormat:
+        if self.type == "json_schema":
+            if self.name is None:
+                raise ValueError("text.format of type 'json_schema' requires 'name'")
+            if self.schema_ is None:
+                raise ValueError("text.format of type 'json_schema' requires 'schema'")
+        return self
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class CreateResponseRequest(BaseModel):
+    # NOTE: fields the API does not define are ignored (agents send extension fields such as Codex's
+    # `client_metadata`); strict mode rejects them before this model is built.
+    model_config = ConfigDict(extra="ignore")
+
+    input: RequestInput
+    model: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=16)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    stream: bool | None = None
+    previous_response_id: str | None = None
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = Field(None, ge=1)
+    include: list[str] | None = None
+    stream_options: dict[str, Any] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    background: bool | None = None
+    # Defined by the API, not run by us yet: accepted here so that the service can name them in a 400.
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    context_management: list[Any] | None = None
+    background_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > METADATA_MAX_PAIRS:
+            raise ValueError(f"at most {METADATA_MAX_PAIRS} key-value pairs are allowed, got {len(value)}")
+        for key, item in value.items():
+            if len(key) > METADATA_MAX_KEY_CHARS:
+                raise ValueError(f"keys may be at most {METADATA_MAX_KEY_CHARS} characters ({key[:16]!r}...)")
+            if len(item) > METADATA_MAX_VALUE_CHARS:
+                raise ValueError(f"values may be at most {METADATA_MAX_VALUE_CHARS} characters (key {key!r})")
+        return value
+
+
+#: Fields that the API defines but this server does not run yet; any value other than "off" is a 400.
+NOT_IMPLEMENTED_FIELDS: dict[str, object] = {
+    "conversation": None,
+    "prompt": None,
+    "context_management": None,
+    "background_options": None,
+    "moderation": None,
+    "image": None,
+    "access_programs": None,
+    "prompt_cache_options": None,
+    "top_logprobs": 0,
+}
+
+#: Every top-level field the API defines (for strict mode's unknown_parameter check).
+KNOWN_FIELDS = frozenset(CreateResponseRequest.model_fields)

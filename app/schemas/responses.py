@@ -1,0 +1,106 @@
+"""The Response object and the other bodies the routes return, named and shaped as the openai SDK's types."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.schemas.items import Item, MessageItem
+
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class ResponseError(BaseModel):
+    code: str
+    message: str
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseParams(BaseModel):
+    """What a request asked for, echoed on its Response; chained requests do not inherit any of it."""
+
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    parallel_tool_calls: bool = True
+    prompt_cache_key: str | None = None
+    reasoning: dict[str, Any] | None = None
+    safety_identifier: str | None = None
+    service_tier: str = "default"
+    store: bool = True
+    background: bool = False
+    temperature: float = 1.0
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: str | dict[str, Any] = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    top_logprobs: int = 0
+    top_p: float = 1.0
+    truncation: Literal["auto", "disabled"] = "disabled"
+    user: str | None = None
+
+
+class ResponseObject(ResponseParams):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: ResponseStatus
+    completed_at: int | None = None
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    model: str
+    output: list[Item] = Field(default_factory=list)
+    previous_response_id: str | None = None
+    usage: Usage | None = None
+
+    @property
+    def output_text(self) -> str:
+        return "".join(item.text for item in self.output if isinstance(item, MessageItem) and item.role == "assistant")
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class InputItemList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Item]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "llama-responses"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

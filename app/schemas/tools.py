@@ -1,0 +1,65 @@
+"""Tools on the wire: function tools (alone or grouped in a namespace) and tool_choice."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_.-]{1,64}$"
+
+#: Tool types the hosted API runs itself; a self-hosted server cannot (see services/tools.py).
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "web_search_2025_08_26",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "computer",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "tool_search",
+    }
+)
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamespaceTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["namespace"]
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    tools: list[FunctionTool | CustomTool]
+
+
+class CustomToolFormat(BaseModel):
+    type: Literal["text", "grammar"]
+    syntax: Literal["lark", "regex"] | None = None
+    definition: str | None = None
+
+
+class CustomTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["custom"]
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    format: CustomToolFormat | None = None
+
+
+class FunctionChoice(BaseModel):
+    type: Literal["function", "custom"]
+    name: str
