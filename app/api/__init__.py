@@ -1,0 +1,1 @@
+"""HTTP layer: thin routes that parse, call one service function and reply."""

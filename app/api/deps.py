@@ -1,0 +1,59 @@
+"""Dependencies as Annotated aliases: the runtime, a request-scoped session, the caller's tenant."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.errors import Unauthorized
+from app.runtime import Runtime
+
+OPEN_TENANT = "public"
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_settings(runtime: RuntimeDep) -> Settings:
+    return runtime.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    """One unit of work per request: commit on success, roll back on error."""
+    async with runtime.sessionmaker() as session, session.begin():
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+
+def get_tenant(request: Request, settings: SettingsDep) -> str:
+    """The caller's tenant: one per API key (a hash, never the key itself); one tenant on an open server."""
+    if not settings.api_keys:
+        return OPEN_TENANT
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        raise Unauthorized(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+            code="missing_api_key",
+        )
+    if not any(hmac.compare_digest(key.strip(), known) for known in settings.api_keys):
+        raise Unauthorized("Incorrect API key provided.", code="invalid_api_key")
+    return "key:" + hashlib.sha256(key.strip().encode()).hexdigest()[:32]
+
+
+TenantDep = Annotated[str, Depends(get_tenant)]

@@ -1,0 +1,53 @@
+"""POST/GET/DELETE /v1/responses and cancel: parse, call one service function, reply as JSON or SSE."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from app.api.deps import RuntimeDep, SessionDep, TenantDep
+from app.api.sse import EventStreamResponse
+from app.schemas.responses import DeletedResponse, ResponseObject
+from app.services import responses as service
+from app.services.validation import parse_create_request
+
+router = APIRouter()
+IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
+
+
+@router.post("/responses", response_model=None)
+async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> Response:
+    body = parse_create_request(await request.body(), runtime.settings)
+    prepared = await service.prepare_response(body, tenant, runtime)
+    # Hosted tools (web_search, ...) cannot run here; they were left out of what the model sees.
+    headers = {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
+    if prepared.stream:
+        return EventStreamResponse(await service.open_stream(runtime, prepared, tenant), headers=headers)
+    response = await service.create_response(runtime, prepared, tenant)
+    return Response(response.model_dump_json(), media_type="application/json", headers=headers)
+
+
+@router.get("/responses/{response_id}", response_model=None)
+async def get_response(
+    response_id: str,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    tenant: TenantDep,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+) -> ResponseObject | EventStreamResponse:
+    if stream:
+        return EventStreamResponse(await service.stream_stored_response(runtime, response_id, tenant, starting_after))
+    return await service.get_response(session, response_id, tenant)
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(response_id: str, session: SessionDep, tenant: TenantDep) -> DeletedResponse:
+    return await service.delete_response(session, response_id, tenant)
+
+
+@router.post("/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> ResponseObject:
+    return await service.cancel_response(runtime, response_id, tenant)

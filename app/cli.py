@@ -1,0 +1,96 @@
+"""`llama-responses serve | worker | migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from app.config import ModelNotFoundError, Settings
+from app.db.migrations import SchemaOutOfDate, prepare_database
+
+
+def _fail(message: object) -> int:
+    print(f"llama-responses: {message}", file=sys.stderr)
+    return 2
+
+
+def _preflight(settings: Settings) -> str | None:
+    """Why this process cannot start (no model file, an old schema), in one line; None when it can."""
+    try:
+        settings.resolved_model_path  # noqa: B018  (API nodes need the vocabulary too)
+        asyncio.run(prepare_database(settings))
+    except (ModelNotFoundError, SchemaOutOfDate) as error:
+        return str(error)
+    return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = Settings()
+    if (problem := _preflight(settings)) is not None:
+        return _fail(problem)
+    uvicorn.run(create_app(settings, database_ready=True), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _worker(_: argparse.Namespace) -> int:
+    settings = Settings()
+    if settings.embedded:
+        return _fail("the worker needs RESPONSES_REDIS_URL (distributed mode)")
+    if (problem := _preflight(settings)) is not None:
+        return _fail(problem)
+    import logging
+
+    from arq.worker import run_worker
+
+    from worker.main import worker_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_worker(type("WorkerSettings", (), {}), **worker_settings(settings))
+    return 0
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from app.db.migrations import upgrade_to_head
+
+    settings = Settings()
+    upgrade_to_head(settings.database_url)
+    print(f"llama-responses: database at head ({settings.database_url.split('@')[-1]})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llama-responses",
+        description="A self-hosted, stateful OpenAI Responses API server on llama.cpp. "
+        "Settings come from RESPONSES_* environment variables (see README.md).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the API server (embedded mode: with the model in-process)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(run=_serve)
+    worker = commands.add_parser("worker", help="run an arq worker that loads the model and generates")
+    worker.set_defaults(run=_worker)
+    migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
+    migrate.set_defaults(run=_migrate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

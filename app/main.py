@@ -1,0 +1,103 @@
+"""create_app(): the FastAPI app; its lifespan builds the database engine, the model or the queue client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.api.routes import health, input_items, models, responses
+from app.config import Settings
+from app.db import migrations
+from app.db.session import create_engine, create_sessionmaker
+from app.errors import register_error_handlers
+from app.generation.types import PromptRenderer
+from app.queue.base import GenerationQueue
+from app.runtime import Runtime
+from app.services.responses import fail_unfinished_responses
+
+logger = logging.getLogger(__name__)
+
+GenerationFactory = Callable[
+    [Settings, async_sessionmaker[AsyncSession]], Awaitable[tuple[PromptRenderer, GenerationQueue]]
+]
+
+
+async def build_generation(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> tuple[PromptRenderer, GenerationQueue]:
+    """Embedded: the model in this process. Distributed: only a vocabulary-only tokenizer and the arq client."""
+    from app.generation.tokenizer import ChatTokenizer
+
+    path = settings.resolved_model_path
+    if not settings.embedded:
+        from app.queue.arq_backend import ArqQueue
+
+        tokenizer = await asyncio.to_thread(
+            ChatTokenizer, path, n_ctx=settings.n_ctx, reasoning_tags=settings.reasoning_tags
+        )
+        return tokenizer, await ArqQueue.connect(settings)
+
+    from app.generation.engine import LlamaEngine
+    from app.queue.inprocess import InProcessQueue
+    from app.queue.local_runner import LocalRunner
+
+    def load() -> LocalRunner:
+        return LocalRunner(lambda: LlamaEngine.from_settings(settings))
+
+    runner = await asyncio.to_thread(load)
+    tokenizer = await asyncio.to_thread(
+        ChatTokenizer, path, n_ctx=runner.engines[0].n_ctx, reasoning_tags=settings.reasoning_tags
+    )
+    return tokenizer, InProcessQueue(runner, sessionmaker)
+
+
+def create_app(
+    settings: Settings | None = None,
+    generation: GenerationFactory | None = None,
+    *,
+    database_ready: bool = False,
+) -> FastAPI:
+    """`database_ready`: the caller already ran prepare_database (the CLI does, to fail before binding)."""
+    settings = settings or Settings()
+    build = generation or build_generation
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not database_ready:
+            await migrations.prepare_database(settings)
+        engine = create_engine(settings.database_url)
+        sessionmaker = create_sessionmaker(engine)
+        tokenizer, queue = await build(settings, sessionmaker)
+        app.state.runtime = Runtime(
+            settings=settings,
+            model_id=settings.served_model_id,
+            model_created=settings.model_created,
+            engine=engine,
+            sessionmaker=sessionmaker,
+            tokenizer=tokenizer,
+            queue=queue,
+        )
+        if settings.embedded:
+            # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost.
+            orphans = await fail_unfinished_responses(app.state.runtime)
+            if orphans:
+                logger.warning("marked %d responses left unfinished by a previous run as failed", orphans)
+        try:
+            yield
+        finally:
+            await queue.close()
+            await engine.dispose()
+
+    app = FastAPI(title="llama-responses", lifespan=lifespan)
+    register_error_handlers(app)
+    v1 = APIRouter(prefix="/v1")
+    for module in (responses, input_items, models):
+        v1.include_router(module.router)
+    app.include_router(v1)
+    app.include_router(health.router)
+    return app

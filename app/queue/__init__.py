@@ -1,0 +1,1 @@
+"""Generation jobs: one interface, an in-process backend (embedded mode) and, later, arq/Redis."""

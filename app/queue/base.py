@@ -1,0 +1,97 @@
+"""The job interface the services use, whatever runs the model: jobs in, events out, cancel signals."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from app.generation.types import GenerationOutput, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationJob:
+    """Everything a generation needs. The prompt and the Response snapshot travel with the job, so a worker
+    reads no history (and `store: false` jobs need no database at all).
+
+    The job id is the response id: a retried enqueue cannot start two generations of one response.
+    """
+
+    response_id: str
+    prompt_tokens: list[int]
+    sampling: SamplingParams
+    #: The Response as created (status queued), as JSON: the executor grows it into the final one.
+    response: dict[str, Any]
+    store: bool
+    #: Persist every event (background + stream), so that GET ?stream=true can replay it from any node.
+    keep_events: bool
+    #: Functions offered to the model, name -> namespace; their calls are read out of its text.
+    functions: dict[str, str | None] = field(default_factory=dict)
+    #: Which of those are custom tools (free-text input) rather than functions (JSON arguments).
+    custom_tools: list[str] = field(default_factory=list)
+    #: The model's (open, close) reasoning markers; its reasoning section becomes a reasoning item.
+    reasoning_tags: tuple[str, str] | None = None
+    #: include: ["reasoning.encrypted_content"]: hand the reasoning back for a stateless client to resend.
+    encrypted_reasoning: bool = False
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> GenerationJob:
+        tags = payload.get("reasoning_tags")
+        return cls(
+            **{
+                **payload,
+                "sampling": SamplingParams(**payload["sampling"]),
+                "reasoning_tags": (tags[0], tags[1]) if tags else None,
+            }
+        )
+
+
+class GenerationRun(Protocol):
+    """A started generation: iterate it for text pieces then one Finish (or GenerationFailed)."""
+
+    def outputs(self) -> AsyncIterator[GenerationOutput]: ...
+
+    def cancel(self) -> None:
+        """Ask the generation to stop; it does within about one token, then yields its Finish."""
+
+
+class ModelRunner(Protocol):
+    """Where the model runs: starts generations, one or a few at a time, and cancels them by response id."""
+
+    def start(self, job: GenerationJob) -> GenerationRun: ...
+
+    def cancel(self, response_id: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Subscription(Protocol):
+    async def next(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next event, or None when none came within `timeout_s`."""
+
+    async def close(self) -> None: ...
+
+
+class EventBus(Protocol):
+    """Live fan-out of one response's events (never the source of truth: the database is)."""
+
+    async def publish(self, response_id: str, event: dict[str, Any]) -> None: ...
+
+    async def subscribe(self, response_id: str) -> Subscription: ...
+
+
+class GenerationQueue(Protocol):
+    @property
+    def bus(self) -> EventBus: ...
+
+    async def enqueue(self, job: GenerationJob) -> None: ...
+
+    async def cancel(self, response_id: str) -> None:
+        """Signal whoever runs this response's generation to stop it."""
+
+    async def workers_alive(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,154 @@
+"""A request's tools and tool_choice -> what the model is offered, what it must do, and what is left out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
+
+from app.errors import InvalidRequest, validation_error
+from app.generation.grammars import InvalidSchema, tool_call_grammar
+from app.generation.tool_calls import FunctionSpec
+from app.schemas.tools import HOSTED_TOOL_TYPES, CustomTool, FunctionChoice, FunctionTool, NamespaceTool
+
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSetup:
+    #: Functions offered to the model (none when tool_choice is "none").
+    functions: list[FunctionSpec] = field(default_factory=list)
+    #: Hosted tool types that were sent but cannot run here, and so were left out.
+    ignored: list[str] = field(default_factory=list)
+    #: A grammar forcing one call (tool_choice "required" or a named function); None lets the model choose.
+    grammar: str | None = None
+
+
+def _function(tool: dict[str, Any], param: str, namespace: str | None = None) -> FunctionSpec:
+    try:
+        parsed = FunctionTool.model_validate(tool)
+    except ValidationError as error:
+        raise _with_prefix(error, param) from None
+    parameters = parsed.parameters or EMPTY_PARAMETERS
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as error:
+        raise InvalidRequest(
+            f"Invalid JSON Schema for function '{parsed.name}': {error.message}",
+            param=f"{param}.parameters",
+            code="invalid_function_parameters",
+        ) from None
+    return FunctionSpec(parsed.name, parsed.description, parameters, namespace)
+
+
+def _custom(tool: dict[str, Any], param: str, namespace: str | None = None) -> FunctionSpec:
+    try:
+        parsed = CustomTool.model_validate(tool)
+    except ValidationError as error:
+        raise _with_prefix(error, param) from None
+    pattern = None
+    if parsed.format is not None and parsed.format.type == "grammar":
+        if not parsed.format.definition:
+            raise InvalidRequest(
+                "A grammar format needs a 'definition'.", param=f"{param}.format.definition", code="invalid_value"
+            )
+        # NOTE: a regex becomes part of the call grammar when the call is forced; Lark grammars are shown to
+        # the model but not enforced (llama.cpp has no Lark).
+        if parsed.format.syntax == "regex":
+            pattern = parsed.format.definition
+    return FunctionSpec(parsed.name, parsed.description, {}, namespace, kind="custom", input_pattern=pattern)
+
+
+def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:
+    problem = validation_error(list(error.errors()))
+    problem.param = f"{param}.{problem.param}" if problem.param else param
+    return problem
+
+
+def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[FunctionSpec], list[str]]:
+    functions: list[FunctionSpec] = []
+    ignored: list[str] = []
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        kind = tool.get("type")
+        if kind == "function":
+            functions.append(_function(tool, param))
+        elif kind == "namespace":
+            try:
+                namespace = NamespaceTool.model_validate(tool)
+            except ValidationError as error:
+                raise _with_prefix(error, param) from None
+            for position, member in enumerate(namespace.tools):
+                where = f"{param}.tools[{position}]"
+                if isinstance(member, CustomTool):
+                    functions.append(_custom(member.model_dump(), where, namespace.name))
+                else:
+                    functions.append(_function(member.model_dump(), where, namespace.name))
+        elif kind in HOSTED_TOOL_TYPES:
+            if strict:
+                raise InvalidRequest(
+                    f"Tools of type '{kind}' run on OpenAI's servers and are not available here.",
+                    param=f"{param}.type",
+                    code="unsupported_tool_type",
+                )
+            ignored.append(str(kind))
+        elif kind == "custom":
+            functions.append(_custom(tool, param))
+        else:
+            raise InvalidRequest(f"Unknown tool type '{kind}'.", param=f"{param}.type", code="invalid_value")
+    seen: set[str] = set()
+    for function in functions:
+        if function.name in seen:
+            raise InvalidRequest(
+                f"Duplicate tool name '{function.name}': function names must be unique.",
+                param="tools",
+                code="duplicate_tool_name",
+            )
+        seen.add(function.name)
+    return functions, ignored
+
+
+def resolve_tools(
+    tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None, *, strict: bool
+) -> ToolSetup:
+    functions, ignored = _functions_of(tools or [], strict=strict)
+    choice = tool_choice or "auto"
+    if choice == "none":
+        return ToolSetup(ignored=ignored)
+    if choice == "auto":
+        return ToolSetup(functions, ignored)
+    if choice == "required":
+        if not functions:
+            raise InvalidRequest(
+                "tool_choice 'required' needs at least one function tool.", param="tool_choice", code="invalid_value"
+            )
+        return ToolSetup(functions, ignored, _forced(functions))
+    if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
+        kind = choice.get("type") if isinstance(choice, dict) else choice
+        raise InvalidRequest(
+            f"tool_choice of type '{kind}' is not supported by this server yet.",
+            param="tool_choice",
+            code="unsupported_parameter",
+        )
+    try:
+        named = FunctionChoice.model_validate(choice)
+    except ValidationError as error:
+        raise _with_prefix(error, "tool_choice") from None
+    chosen = [function for function in functions if function.name == named.name and function.kind == named.type]
+    if not chosen:
+        raise InvalidRequest(
+            f"tool_choice names the function '{named.name}', which is not among the tools.",
+            param="tool_choice.name",
+            code="invalid_value",
+        )
+    return ToolSetup(functions, ignored, _forced(chosen))
+
+
+def _forced(functions: list[FunctionSpec]) -> str:
+    try:
+        return tool_call_grammar(functions)
+    except InvalidSchema as error:
+        raise InvalidRequest(str(error), param="tools", code="invalid_function_parameters") from None

@@ -1,0 +1,56 @@
+"""Request checks beyond the schema: what we do not run yet, model names, strict mode, the request body."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from app.config import Settings
+from app.errors import InvalidRequest, validation_error
+from app.schemas.requests import KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
+
+
+def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
+    """The body as a CreateResponseRequest, or a 400 that names what is wrong."""
+    try:
+        payload = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRequest(
+            "We could not parse the JSON body of your request. The body must be a valid JSON object.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if settings.strict_params:
+        unknown = sorted(set(payload) - KNOWN_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0], code="unknown_parameter")
+    try:
+        request = CreateResponseRequest.model_validate(payload)
+    except ValidationError as error:
+        raise validation_error(list(error.errors())) from None
+    check_supported(request)
+    return request
+
+
+def _not_supported(param: str, what: str) -> InvalidRequest:
+    return InvalidRequest(f"{what} is not supported by this server yet.", param=param, code="unsupported_parameter")
+
+
+def check_supported(request: CreateResponseRequest) -> None:
+    """400 for every parameter the API defines that we do not run yet: never silently ignored."""
+    for field, off in NOT_IMPLEMENTED_FIELDS.items():
+        value = getattr(request, field)
+        if value is not None and value != off:
+            raise _not_supported(field, f"'{field}'")
+
+
+def resolve_model(requested: str | None, settings: Settings, served: str) -> str:
+    if requested is None or requested == served or settings.map_unknown_models:
+        return served
+    raise InvalidRequest(
+        f"The model '{requested}' does not exist on this server; it serves '{served}'.",
+        param="model",
+        code="model_not_found",
+    )
