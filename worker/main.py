@@ -1,0 +1,131 @@
+"""arq WorkerSettings and the generate task; thin: generation and persistence live in app/."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+from arq import func
+from arq.jobs import Job, JobStatus
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.db.repositories import responses as repository
+from app.db.session import create_engine, create_sessionmaker
+from app.generation.engine import LlamaEngine
+from app.ids import new_id
+from app.queue.arq_backend import GENERATE_TASK, QUEUE_NAME, ArqQueue, redis_settings
+from app.queue.base import GenerationJob
+from app.queue.local_runner import LocalRunner
+from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus, subscribe_confirmed
+from app.services.execution import execute_job
+from app.services.responses import LOST_GENERATION_ERROR
+
+logger = logging.getLogger("llama_responses.worker")
+
+WORKER_HEARTBEAT_S = 5
+WORKER_KEY_TTL_S = 15
+RECONCILE_INTERVAL_S = 5.0
+#: An in-progress response whose heartbeat is older than this lost its worker.
+STALE_HEARTBEAT_S = 20
+#: A queued response older than this whose job Redis no longer has is enqueued again.
+LOST_JOB_AGE_S = 10
+JOB_TIMEOUT_S = 3600
+
+
+async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+    job = GenerationJob.from_payload(payload)
+    await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
+
+
+async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
+    pubsub = ctx["redis"].pubsub()
+    await subscribe_confirmed(pubsub, CANCEL_CHANNEL)
+    try:
+        async for message in pubsub.listen():
+            if message["type"] == "message":
+                ctx["runner"].cancel(message["data"].decode())
+    finally:
+        await pubsub.aclose()
+
+
+async def _beat(ctx: dict[str, Any]) -> None:
+    key = f"{KEY_PREFIX}:worker:{ctx['worker_id']}"
+    while True:
+        await ctx["redis"].set(key, "1", ex=WORKER_KEY_TTL_S)
+        await asyncio.sleep(WORKER_HEARTBEAT_S)
+
+
+async def reconcile(ctx: dict[str, Any]) -> None:
+    """Fail responses whose worker died; enqueue again jobs that Redis lost (Postgres is the source of truth)."""
+    now = utc_now()
+    async with ctx["sessionmaker"]() as session, session.begin():
+        failed = await repository.fail_stale(
+            session, heartbeat_before=now - timedelta(seconds=STALE_HEARTBEAT_S), error=LOST_GENERATION_ERROR
+        )
+        queued = await repository.queued_jobs(session, created_before=now - timedelta(seconds=LOST_JOB_AGE_S))
+    if failed:
+        logger.warning("failed %d responses whose worker stopped", failed)
+    for payload in queued:
+        status = await Job(payload["response_id"], ctx["redis"], _queue_name=QUEUE_NAME).status()
+        if status == JobStatus.not_found:
+            logger.warning("re-enqueueing %s, which Redis lost", payload["response_id"])
+            await ctx["queue"].enqueue(GenerationJob.from_payload(payload))
+
+
+async def _reconcile_forever(ctx: dict[str, Any]) -> None:
+    while True:
+        try:
+            await reconcile(ctx)
+        except Exception:
+            logger.exception("reconcile failed; trying again")
+        await asyncio.sleep(RECONCILE_INTERVAL_S)
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    settings = Settings()
+    ctx["settings"] = settings
+    ctx["runner"] = await asyncio.to_thread(
+        LocalRunner, lambda: LlamaEngine.from_settings(settings), settings.worker_concurrency
+    )
+    ctx["engine"] = create_engine(settings.database_url)
+    ctx["sessionmaker"] = create_sessionmaker(ctx["engine"])
+    ctx["bus"] = RedisBus(ctx["redis"])
+    ctx["queue"] = ArqQueue(ctx["redis"])
+    ctx["worker_id"] = new_id("worker")
+    ctx["background"] = [
+        asyncio.create_task(coroutine(ctx)) for coroutine in (_listen_for_cancels, _beat, _reconcile_forever)
+    ]
+    logger.info("worker %s ready: model %s", ctx["worker_id"], settings.resolved_model_path.name)
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    for task in ctx.get("background", []):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if "worker_id" in ctx:
+        await ctx["redis"].delete(f"{KEY_PREFIX}:worker:{ctx['worker_id']}")
+    if "runner" in ctx:
+        await ctx["runner"].close()
+    if "engine" in ctx:
+        await ctx["engine"].dispose()
+
+
+def worker_settings(settings: Settings) -> dict[str, Any]:
+    """arq's WorkerSettings, as keyword arguments for arq.worker.run_worker."""
+    assert settings.redis_url is not None
+    return {
+        "functions": [func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)],
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "redis_settings": redis_settings(settings.redis_url),
+        "queue_name": QUEUE_NAME,
+        "max_jobs": settings.worker_concurrency,
+        "job_timeout": JOB_TIMEOUT_S,
+        "keep_result": 60,
+        "poll_delay": 0.05,
+    }
