@@ -1,0 +1,1 @@
+"""Fixtures shared by unit and integration tests."""

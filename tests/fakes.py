@@ -1,0 +1,118 @@
+"""A deterministic stand-in for the model, for unit tests of the API layer (no llama.cpp)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.generation.prompt import ChatMessage
+from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput, PromptRenderer
+from app.queue.base import GenerationJob, GenerationQueue
+from app.queue.inprocess import InProcessQueue
+
+#: What the fake model says, one word a token.
+FAKE_REPLY = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+
+
+class FakeRenderer:
+    """One token a word; token ids are word lengths, which is enough to count and to truncate."""
+
+    def __init__(self, n_ctx: int = 256) -> None:
+        self.n_ctx = n_ctx
+        self.reasoning_tags: tuple[str, str] | None = None
+        self.supports_tools = False
+        self.rendered: list[list[ChatMessage]] = []
+        self.template_options: list[Mapping[str, Any] | None] = []
+
+    def render(self, messages: Sequence[ChatMessage]) -> list[int]:
+        return [len(word) for message in messages for word in f"{message.role} {message.content}".split()]
+
+    def render_within_context(
+        self,
+        system: ChatMessage | None,
+        conversation: Sequence[ChatMessage],
+        *,
+        truncate: bool,
+        template_options: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        self.template_options.append(template_options)
+        head = [system] if system else []
+        for start in range(len(conversation) if truncate else 1):
+            messages = [*head, *conversation[start:]]
+            tokens = self.render(messages)
+            if len(tokens) + 16 <= self.n_ctx:
+                self.rendered.append(messages)
+                return tokens
+        raise ContextTooLong(len(tokens), self.n_ctx)
+
+
+class FakeRun:
+    def __init__(
+        self, job: GenerationJob, reply: list[str], delay_s: float, fail_after: int | None, separator: str = " "
+    ) -> None:
+        self.job = job
+        self.separator = separator
+        self.reply = reply
+        self.fail_after = fail_after
+        self.delay_s = delay_s
+        self.cancelled = False
+        self.produced = 0
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    async def outputs(self) -> AsyncIterator[GenerationOutput]:
+        budget = min(self.job.sampling.max_output_tokens or len(self.reply), len(self.reply))
+        while self.produced < budget and not self.cancelled:
+            await asyncio.sleep(self.delay_s)
+            word = self.reply[self.produced]
+            self.produced += 1
+            yield word if self.produced == 1 else f"{self.separator}{word}"
+            if self.produced == self.fail_after:
+                yield GenerationFailed("the fake model broke")
+                return
+        if self.cancelled:
+            reason = "cancelled"
+        else:
+            reason = "length" if budget < len(self.reply) else "stop"
+        yield Finish(reason, len(self.job.prompt_tokens), 0, self.produced)  # type: ignore[arg-type]
+
+
+class FakeRunner:
+    """A ModelRunner whose model says FAKE_REPLY (or `reply`), one word a token, `delay_s` apart."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.reply = list(FAKE_REPLY)
+        #: After this many words the run ends with GenerationFailed instead of a Finish.
+        self.fail_after: int | None = None
+        #: Put between the reply's pieces; "" replays them exactly (to split tags across pieces).
+        self.separator = " "
+        self.jobs: list[GenerationJob] = []
+        self.runs: dict[str, FakeRun] = {}
+
+    def start(self, job: GenerationJob) -> FakeRun:
+        self.jobs.append(job)
+        run = FakeRun(job, self.reply, self.delay_s, self.fail_after, self.separator)
+        self.runs[job.response_id] = run
+        return run
+
+    def cancel(self, response_id: str) -> None:
+        if response_id in self.runs:
+            self.runs[response_id].cancel()
+
+    async def close(self) -> None:
+        return None
+
+
+def fake_generation(renderer: FakeRenderer, runner: FakeRunner):
+    async def build(
+        _: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+    ) -> tuple[PromptRenderer, GenerationQueue]:
+        return renderer, InProcessQueue(runner, sessionmaker)
+
+    return build

@@ -1,0 +1,236 @@
+"""Distributed mode for real: two API nodes and arq workers on Postgres and Redis, the real model, the SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import redis
+
+from tests.fixtures.databases import count_responses, fresh_postgres_database
+from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
+from tests.protocol import assert_well_formed_stream, parse_sse
+
+pytestmark = pytest.mark.integration
+
+DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/9"
+STORY = "Write a long story about a dragon who learns to bake bread."
+#: Crash recovery must settle a response within this (the issue's bound).
+RECOVERY_BOUND_S = 30
+
+
+@dataclass
+class Cluster:
+    database_url: str
+    redis_url: str
+    api_a: ServerProcess
+    api_b: ServerProcess
+    worker: ServerProcess
+    logs: Path
+    #: Every worker started, so that teardown stops them all (a leaked one would take later runs' jobs).
+    workers: list[ServerProcess]
+    clients: SdkClients
+
+    def env(self) -> dict[str, str]:
+        return {"RESPONSES_DATABASE_URL": self.database_url, "RESPONSES_REDIS_URL": self.redis_url}
+
+    def client(self, node: ServerProcess) -> openai.OpenAI:
+        return self.clients(node.base_url)
+
+    def new_worker(self, name: str) -> ServerProcess:
+        worker = ServerProcess(self.env(), self.logs / f"{name}.log", command=["worker"]).start()
+        self.workers.append(worker)
+        return worker
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
+    with redis.Redis.from_url(redis_url) as connection:
+        connection.flushdb()
+    logs = tmp_path_factory.mktemp("cluster")
+    with fresh_postgres_database() as database_url:
+        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
+        assert run_cli(["migrate"], env).returncode == 0
+        worker = ServerProcess(env, logs / "worker.log", command=["worker"]).start()
+        api_a = ServerProcess(env, logs / "api_a.log").start()
+        api_b = ServerProcess(env, logs / "api_b.log").start()
+        cluster = Cluster(database_url, redis_url, api_a, api_b, worker, logs, workers=[worker], clients=SdkClients())
+        try:
+            wait_until_ready(api_a.base_url)
+            yield cluster
+        finally:
+            cluster.clients.close()
+            for process in (api_a, api_b, *cluster.workers):
+                process.stop()
+
+
+def model_of(client: openai.OpenAI) -> str:
+    return client.models.list().data[0].id
+
+
+def poll(client: openai.OpenAI, response_id: str, timeout_s: float = 60) -> openai.types.responses.Response:
+    deadline = time.monotonic() + timeout_s
+    response = client.responses.retrieve(response_id)
+    while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        response = client.responses.retrieve(response_id)
+    return response
+
+
+def test_background_create_then_poll_from_another_node(cluster: Cluster) -> None:
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    created = a.responses.create(model=model_of(a), input="What is 2+2?", background=True, temperature=0)
+    assert created.status == "queued" and created.background is True
+    done = poll(b, created.id)
+    assert done.status == "completed" and done.completed_at is not None and done.output_text
+    assert a.responses.retrieve(created.id).model_dump() == done.model_dump()
+
+
+def test_foreground_requests_run_on_a_worker(cluster: Cluster) -> None:
+    b = cluster.client(cluster.api_b)
+    model = model_of(b)
+    plain = b.responses.create(model=model, input="What is 2+2?", temperature=0, max_output_tokens=32)
+    assert plain.status == "completed" and plain.output_text
+    with b.responses.stream(model=model, input="Say hello.", temperature=0, max_output_tokens=64) as stream:
+        events = [event.model_dump(warnings=False) for event in stream]
+        final = stream.get_final_response()
+    assert assert_well_formed_stream(events)["id"] == final.id
+    chained = b.responses.create(model=model, input="Again.", previous_response_id=final.id, max_output_tokens=16)
+    assert chained.usage is not None and final.usage is not None
+    assert chained.usage.input_tokens > final.usage.input_tokens
+    unstored = b.responses.create(model=model, input="What is 2+2?", store=False, max_output_tokens=16)
+    assert unstored.output_text
+    with pytest.raises(openai.NotFoundError):
+        b.responses.retrieve(unstored.id)
+
+
+def test_a_client_dropping_a_foreground_stream_cancels_its_job(cluster: Cluster) -> None:
+    body = {"input": STORY, "stream": True, "max_output_tokens": 4000, "temperature": 0.8}
+    response_id = None
+    with httpx.stream("POST", f"{cluster.api_b.base_url}/v1/responses", json=body, timeout=60) as stream:
+        for line in stream.iter_lines():
+            if response_id is None and line.startswith("data: {"):
+                response_id = json.loads(line[6:])["response"]["id"]
+            if "response.output_text.delta" in line:
+                break
+    assert response_id is not None
+    settled = poll(cluster.client(cluster.api_a), response_id, timeout_s=30)
+    assert settled.status == "cancelled"
+    assert settled.usage is not None and settled.usage.output_tokens < 4000
+
+
+def test_cancel_stops_the_worker_within_about_a_token(cluster: Cluster) -> None:
+    a = cluster.client(cluster.api_a)
+    created = a.responses.create(
+        model=model_of(a), input=STORY, background=True, max_output_tokens=4000, temperature=0.8
+    )
+    deadline = time.monotonic() + 30
+    while a.responses.retrieve(created.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let it generate for a while
+    started = time.monotonic()
+    cancelled = a.responses.cancel(created.id)
+    cancel_s = time.monotonic() - started
+    assert cancelled.status == "cancelled"
+    assert cancelled.usage is not None and 0 < cancelled.usage.output_tokens < 4000
+    print(f"\ncancel latency (POST /cancel until the worker stored its stop): {cancel_s * 1000:.0f} ms")
+    time.sleep(1)
+    after = a.responses.retrieve(created.id)
+    assert after.model_dump() == cancelled.model_dump(), "the output grew after cancel"
+    assert a.responses.cancel(created.id).model_dump() == cancelled.model_dump()
+    # The worker is free at once for the next job.
+    assert a.responses.create(model=model_of(a), input="Hi!", max_output_tokens=16).output_text
+
+
+def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tmp_path: Path) -> None:
+    doomed_api = ServerProcess(cluster.env(), tmp_path / "doomed_api.log").start()
+    body = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 60, "temperature": 0}
+    seen: list[dict] = []
+    try:
+        with httpx.stream("POST", f"{doomed_api.base_url}/v1/responses", json=body, timeout=60) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+                if len(seen) == 6:
+                    doomed_api.kill()  # the node dies under its client; the background response goes on
+                    break
+    except httpx.HTTPError:
+        pass
+    finally:
+        doomed_api.kill()
+    response_id = seen[0]["response"]["id"]
+    last = seen[-1]["sequence_number"]
+    resumed = httpx.get(
+        f"{cluster.api_b.base_url}/v1/responses/{response_id}",
+        params={"stream": "true", "starting_after": last},
+        timeout=60,
+    )
+    rest = parse_sse(resumed.text)
+    assert rest[0]["sequence_number"] == last + 1
+    final = assert_well_formed_stream(seen + rest)
+    replayed = parse_sse(
+        httpx.get(f"{cluster.api_b.base_url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=60).text
+    )
+    assert replayed == seen + rest
+    assert httpx.get(f"{cluster.api_a.base_url}/v1/responses/{response_id}").json() == final
+
+
+def test_a_worker_killed_mid_job_fails_the_response_in_time(cluster: Cluster) -> None:
+    a = cluster.client(cluster.api_a)
+    doomed = cluster.new_worker("doomed")
+    try:
+        cluster.worker.kill()  # only the doomed worker is left to take the job
+        wait_until_ready(cluster.api_a.base_url)
+        created = a.responses.create(model=model_of(a), input=STORY, background=True, max_output_tokens=4000)
+        deadline = time.monotonic() + 30
+        while a.responses.retrieve(created.id).status != "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        doomed.kill()
+        killed_at = time.monotonic()
+        cluster.worker = cluster.new_worker("worker-2")
+        settled = poll(a, created.id, timeout_s=RECOVERY_BOUND_S + 10)
+        recovery_s = time.monotonic() - killed_at
+        print(f"\nworker SIGKILL -> response settled as {settled.status} in {recovery_s:.1f} s")
+        assert settled.status == "failed" and settled.error is not None and settled.error.code == "server_error"
+        assert recovery_s <= RECOVERY_BOUND_S
+    finally:
+        doomed.kill()
+
+
+def test_jobs_lost_with_redis_are_enqueued_again(cluster: Cluster, tmp_path: Path) -> None:
+    private = RedisServer().start()
+    env = {"RESPONSES_DATABASE_URL": cluster.database_url, "RESPONSES_REDIS_URL": private.url}
+    api = ServerProcess(env, tmp_path / "api.log").start()
+    worker: ServerProcess | None = None
+    try:
+        client = cluster.client(api)
+        queued = [
+            client.responses.create(model=model_of(client), input="Hi!", background=True, max_output_tokens=16)
+            for _ in range(2)
+        ]
+        private.stop()  # no worker has taken them; Redis goes, and its jobs with it
+        stored_before = count_responses(cluster.database_url)
+        with pytest.raises(openai.APIStatusError) as down:
+            client.responses.create(model=model_of(client), input="Hi!", background=True)
+        assert down.value.status_code == 503
+        assert count_responses(cluster.database_url) == stored_before, "a create that failed left a row behind"
+        private.start()
+        restarted_at = time.monotonic()
+        worker = ServerProcess(env, tmp_path / "worker.log", command=["worker"]).start()
+        for response in queued:
+            done = poll(client, response.id, timeout_s=RECOVERY_BOUND_S + 10)
+            assert done.status in ("completed", "incomplete"), done.status
+        print(f"\nRedis restart -> queued jobs re-enqueued and completed in {time.monotonic() - restarted_at:.1f} s")
+    finally:
+        for process in (worker, api):
+            if process is not None:
+                process.stop()
+        private.stop()
