@@ -26,6 +26,7 @@ from app.schemas.items import CALL_OUTPUT_TYPES
 from app.schemas.requests import CreateResponseRequest
 from app.schemas.responses import TERMINAL_STATUSES, DeletedResponse, ResponseObject, ResponseParams
 from app.services.input_items import normalize_input
+from app.services.snapshots import response_from_row
 from app.services.streams import TERMINAL_EVENT_TYPES, relay_events
 from app.services.tools import resolve_tools
 from app.services.validation import resolve_model
@@ -34,29 +35,6 @@ CANCEL_WAIT_S = 10.0
 CANCEL_POLL_S = 0.02
 LOST_GENERATION_ERROR = {"code": "server_error", "message": "The server stopped before this response finished."}
 DEFAULT_TOP_P = 1.0
-
-
-def _unix(moment: datetime | None) -> int | None:
-    return int(moment.timestamp()) if moment is not None else None
-
-
-def response_from_row(row: ResponseRow) -> ResponseObject:
-    return ResponseObject.model_validate(
-        {
-            **row.params,
-            "id": row.id,
-            "created_at": _unix(row.created_at),
-            "completed_at": _unix(row.completed_at),
-            "status": row.status,
-            "background": row.background,
-            "model": row.model,
-            "previous_response_id": row.previous_response_id,
-            "output": row.output,
-            "usage": row.usage,
-            "error": row.error,
-            "incomplete_details": row.incomplete_details,
-        }
-    )
 
 
 def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponseParams:

@@ -143,6 +143,11 @@ async def events_after(session: AsyncSession, response_id: str, after_sequence: 
     return list((await session.execute(query)).scalars())
 
 
+async def get_by_id(session: AsyncSession, response_id: str) -> ResponseRow | None:
+    """Any tenant's response: only for callers that already checked who may see it."""
+    return await session.get(ResponseRow, response_id)
+
+
 async def get_status(session: AsyncSession, response_id: str) -> str | None:
     query = select(ResponseRow.status).where(ResponseRow.id == response_id)
     return (await session.execute(query)).scalar_one_or_none()
