@@ -50,8 +50,17 @@ class Settings(BaseSettings):
     n_gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU (-1: all); default: all with a GPU build, else 0."
     )
-    worker_concurrency: int = Field(
-        1, ge=1, description="Generations a worker runs at once; each loads its own copy of the model."
+    worker_concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Generations a worker (or the embedded server) decodes at once, batched on one copy of the "
+        "model; each holds n_ctx tokens of KV cache. Default: 4 on a CPU, 8 with a GPU build.",
+    )
+    prefix_cache_mb: int = Field(
+        1024,
+        ge=0,
+        description="Memory for saved KV states that later prompts sharing a prefix reuse (LRU); 0 turns reuse off.",
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -46,13 +46,9 @@ async def build_generation(
     from app.queue.inprocess import InProcessQueue
     from app.queue.local_runner import LocalRunner
 
-    def load() -> LocalRunner:
-        return LocalRunner(lambda: LlamaEngine.from_settings(settings))
-
-    runner = await asyncio.to_thread(load)
-    tokenizer = await asyncio.to_thread(
-        ChatTokenizer, path, n_ctx=runner.engines[0].n_ctx, reasoning_tags=settings.reasoning_tags
-    )
+    engine = await asyncio.to_thread(LlamaEngine.from_settings, settings)
+    runner = LocalRunner(engine)
+    tokenizer = await asyncio.to_thread(ChatTokenizer, path, n_ctx=engine.n_ctx, reasoning_tags=settings.reasoning_tags)
     return tokenizer, InProcessQueue(runner, sessionmaker)
 
 

@@ -15,7 +15,7 @@ from app.config import Settings
 from app.db.base import utc_now
 from app.db.repositories import responses as repository
 from app.db.session import create_engine, create_sessionmaker
-from app.generation.engine import LlamaEngine
+from app.generation.engine import LlamaEngine, default_concurrency
 from app.ids import new_id
 from app.queue.arq_backend import GENERATE_TASK, QUEUE_NAME, ArqQueue, redis_settings
 from app.queue.base import GenerationJob
@@ -88,9 +88,7 @@ async def _reconcile_forever(ctx: dict[str, Any]) -> None:
 async def startup(ctx: dict[str, Any]) -> None:
     settings = Settings()
     ctx["settings"] = settings
-    ctx["runner"] = await asyncio.to_thread(
-        LocalRunner, lambda: LlamaEngine.from_settings(settings), settings.worker_concurrency
-    )
+    ctx["runner"] = LocalRunner(await asyncio.to_thread(LlamaEngine.from_settings, settings))
     ctx["engine"] = create_engine(settings.database_url)
     ctx["sessionmaker"] = create_sessionmaker(ctx["engine"])
     ctx["bus"] = RedisBus(ctx["redis"])
@@ -124,7 +122,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
         "queue_name": QUEUE_NAME,
-        "max_jobs": settings.worker_concurrency,
+        "max_jobs": settings.worker_concurrency or default_concurrency(),
         "job_timeout": JOB_TIMEOUT_S,
         "keep_result": 60,
         "poll_delay": 0.05,

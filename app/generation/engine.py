@@ -1,19 +1,42 @@
-"""The llama.cpp generation loop: prompt tokens in, text pieces and a finish out; cancellable between tokens.
+"""The llama.cpp generation loop: one context decoding up to `slots` sequences together (continuous batching).
 
-Not thread-safe: one engine belongs to one thread at a time (the queue backends see to that).
+Each step decodes one batch holding the next token of every generating sequence plus a chunk of any prompt
+still being read, then samples each sequence from its own row of logits. On a CPU one batched step over
+several sequences costs little more than one token of one, so throughput grows with the number of streams;
+on a GPU even more so. A lean loop on llama.cpp's C API: no per-token copy of the logits, no Python-side
+sampling.
+
+Prompts reuse KV state: a new sequence takes the free slot whose cells share the longest prefix with its
+prompt, or restores a longer one from the PrefixCache, and prefills only the rest. Only cells computed while
+reading a prompt are kept (see _finish), so reuse never changes a single logit.
+
+All llama.cpp calls happen on the engine's own thread; `submit` and the request's `cancelled` flag are the
+only ways in, `emit` the only way out.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Iterator
+import ctypes
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
-from llama_cpp.llama_grammar import LlamaGrammar
 
 from app.config import Settings
-from app.generation.types import Finish, FinishReason, SamplingParams
+from app.generation.prefix_cache import PrefixCache
+from app.generation.types import Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+#: Most tokens one llama_decode call takes; long prompts are read in chunks of this, between decode steps.
+BATCH_TOKENS = 512
+_PIECE_BUFFER = 256
 
 
 def default_gpu_layers() -> int:
@@ -21,79 +44,312 @@ def default_gpu_layers() -> int:
     return -1 if llama_cpp.llama_supports_gpu_offload() else 0
 
 
+def default_concurrency() -> int:
+    """Sequences decoded together: on a CPU batching gains little past 4 (measured in bench/), a GPU gains more."""
+    return 8 if llama_cpp.llama_supports_gpu_offload() else 4
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+@dataclass(eq=False)
+class GenerationRequest:
+    prompt: list[int]
+    sampling: SamplingParams
+    #: Called on the engine thread with each text piece, then one Finish or GenerationFailed.
+    emit: Callable[[GenerationOutput], object]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One sequence of the context: the tokens its KV cells hold, and the request using it, if any."""
+
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    request: GenerationRequest | None = None
+    pending: list[int] = field(default_factory=list)
+    sampler: llama_cpp.llama_sampler_p | None = None
+    decoder: codecs.IncrementalDecoder | None = None
+    budget: int = 0
+    produced: int = 0
+    cached: int = 0
+
+
 class LlamaEngine:
     def __init__(
-        self, model_path: Path, *, n_ctx: int | None, n_threads: int | None, n_gpu_layers: int | None = None
+        self,
+        model_path: Path,
+        *,
+        n_ctx: int | None,
+        n_threads: int | None,
+        n_gpu_layers: int | None = None,
+        slots: int = 1,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
-        self._llm = llama_cpp.Llama(
-            model_path=str(model_path),
-            n_ctx=n_ctx or 0,
-            n_threads=n_threads,
-            n_gpu_layers=default_gpu_layers() if n_gpu_layers is None else n_gpu_layers,
-            verbose=False,
-        )
-        self.n_ctx: int = self._llm.n_ctx()
-        self._vocab = self._llm._model.vocab
+        llama_cpp.llama_backend_init()
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = default_gpu_layers() if n_gpu_layers is None else n_gpu_layers
+        self._model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), model_params)
+        if not self._model:
+            raise EngineError(f"llama.cpp could not load {model_path}")
+        self.n_ctx: int = n_ctx or llama_cpp.llama_model_n_ctx_train(self._model)
+        params = llama_cpp.llama_context_default_params()
+        # Every sequence gets a window of its own of n_ctx tokens.
+        params.n_ctx = self.n_ctx * slots
+        params.n_seq_max = slots
+        params.kv_unified = False
+        params.n_batch = params.n_ubatch = BATCH_TOKENS
+        if n_threads:
+            params.n_threads = params.n_threads_batch = n_threads
+        params.no_perf = True
+        if model_params.n_gpu_layers == 0:
+            # NOTE: on the CPU, llama.cpp's flash attention takes a tiled path for large batches only, so a
+            # prompt read in two chunks (a reused prefix, then the rest) rounds differently from one read whole,
+            # and temperature 0 answers drift. Without it the two agree exactly, at no measured cost here.
+            params.flash_attn_type = 0
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise EngineError("llama.cpp could not create a context (out of memory?)")
+        self.n_ctx = min(self.n_ctx, llama_cpp.llama_n_ctx_seq(self._ctx))
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, 1)
+        self._piece = (ctypes.c_char * _PIECE_BUFFER)()
+        self._slots = [_Slot(seq_id) for seq_id in range(slots)]
+        self._cache = prefix_cache
+        self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
+        self._thread.start()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LlamaEngine:
+        cache_bytes = settings.prefix_cache_mb * 2**20
         return cls(
             settings.resolved_model_path,
             n_ctx=settings.n_ctx,
             n_threads=settings.n_threads,
             n_gpu_layers=settings.n_gpu_layers,
+            slots=settings.worker_concurrency or default_concurrency(),
+            prefix_cache=PrefixCache(cache_bytes) if cache_bytes else None,
         )
 
-    def _reusable_prefix(self, prompt: list[int]) -> int:
-        """How many prompt tokens llama.cpp keeps from the last run (it always re-reads at least one)."""
-        common = 0
-        for cached, new in zip(self._llm._input_ids.tolist(), prompt, strict=False):
-            if cached != new:
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def submit(self, request: GenerationRequest) -> None:
+        self._requests.put(request)
+
+    def close(self) -> None:
+        """Stop the loop (running generations end as cancelled) and free llama.cpp's memory."""
+        if self._thread.is_alive():
+            self._requests.put(None)
+            self._thread.join()
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self._ctx)
+        llama_cpp.llama_model_free(self._model)
+
+    # The engine thread.
+
+    def _run(self) -> None:
+        while True:
+            busy = [slot for slot in self._slots if slot.request is not None]
+            if not self._admit(wait=not busy):
                 break
-            common += 1
-        return min(common, len(prompt) - 1)
+            if any(slot.request is not None for slot in self._slots):
+                try:
+                    self._step()
+                except Exception as error:  # a failed decode ends every generation in it, not the engine
+                    logger.exception("decode step failed")
+                    self._fail_all(f"generation failed: {error}")
+        for slot in self._slots:
+            if slot.request is not None:
+                self._finish(slot, "cancelled")
 
-    def generate(
-        self, prompt: list[int], sampling: SamplingParams, should_stop: Callable[[], bool]
-    ) -> Iterator[str | Finish]:
-        """Yield text pieces as they decode, then one Finish.
+    def _admit(self, *, wait: bool) -> bool:
+        """Start waiting requests on free slots; False once close() was called."""
+        while any(slot.request is None for slot in self._slots):
+            try:
+                request = self._requests.get(block=wait)
+            except queue.Empty:
+                return True
+            if request is None:
+                return False
+            wait = False
+            try:
+                self._start(request)
+            except Exception as error:
+                logger.exception("could not start a generation")
+                request.emit(GenerationFailed(f"generation failed: {error}"))
+        return True
 
-        `should_stop` is polled before every token: cancellation lands within one token.
-        """
+    def _start(self, request: GenerationRequest) -> None:
+        prompt = request.prompt
         budget = self.n_ctx - len(prompt)
-        if sampling.max_output_tokens is not None:
-            budget = min(budget, sampling.max_output_tokens)
-        cached = self._reusable_prefix(prompt)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        produced = 0
-        reason: FinishReason = "length"
-        if should_stop():
-            reason = "cancelled"
-        elif budget > 0:
-            grammar = LlamaGrammar.from_string(sampling.grammar, verbose=False) if sampling.grammar else None
-            tokens = self._llm.generate(
-                prompt,
-                temp=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=0,
-                min_p=0.0,
-                repeat_penalty=1.0,
-                grammar=grammar,
-            )
-            for token in tokens:
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                    reason = "stop"
-                    break
-                produced += 1
-                piece = decoder.decode(self._llm.detokenize([token]))
-                if piece:
-                    yield piece
-                if produced >= budget:
-                    break
-                if should_stop():
-                    reason = "cancelled"
-                    break
+        if request.sampling.max_output_tokens is not None:
+            budget = min(budget, request.sampling.max_output_tokens)
+        if request.cancelled.is_set() or budget <= 0:
+            reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
+            request.emit(Finish(reason, len(prompt), 0, 0))
+            return
+        free = [slot for slot in self._slots if slot.request is None]
+        slot = max(free, key=lambda candidate: self._shared_prefix(candidate.tokens, prompt))
+        reused = self._restore_prefix(slot, prompt)
+        # Always read at least the last prompt token again: its logits choose the first output token.
+        reused = min(reused, len(prompt) - 1)
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
+        slot.tokens = prompt[:reused]
+        slot.pending = prompt[reused:]
+        slot.sampler = self._sampler(request.sampling)
+        slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        slot.budget, slot.produced, slot.cached = budget, 0, reused
+        slot.request = request
+
+    def _shared_prefix(self, tokens: list[int], prompt: list[int]) -> int:
+        if self._cache is None or not tokens:
+            return 0
+        length = 0
+        for cached, wanted in zip(tokens, prompt, strict=False):
+            if cached != wanted:
+                break
+            length += 1
+        return length
+
+    def _restore_prefix(self, slot: _Slot, prompt: list[int]) -> int:
+        """How many leading prompt tokens the slot's KV cells hold, after restoring a longer saved state."""
+        if self._cache is None:
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            slot.tokens = []
+            return 0
+        reused = self._shared_prefix(slot.tokens, prompt)
+        match = self._cache.best_match(prompt)
+        if match is not None and match[0] > reused:
+            shared, saved = match
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+            if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
+                slot.tokens = saved.tokens.tolist()
+                return shared
+            logger.warning("could not restore a saved prefix; reading the prompt in full")
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            slot.tokens = []
+            return 0
+        return reused
+
+    def _sampler(self, sampling: SamplingParams) -> llama_cpp.llama_sampler_p:
+        chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(
+            llama_cpp.llama_sampler_chain_default_params()
+        )
+        if sampling.grammar:
+            grammar = llama_cpp.llama_sampler_init_grammar(self._vocab, sampling.grammar.encode(), b"root")
+            if not grammar:
+                llama_cpp.llama_sampler_free(chain)
+                raise EngineError("llama.cpp could not parse the output grammar")
+            llama_cpp.llama_sampler_chain_add(chain, grammar)
+        if sampling.temperature <= 0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        else:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(random.getrandbits(32)))
+        return chain
+
+    def _step(self) -> None:
+        """One llama_decode over every running sequence, then one sampled token for each that is due one."""
+        batch = self._batch
+        used = 0
+        sampled: list[tuple[_Slot, int]] = []
+        # Generating sequences first (one token each), then prompts in chunks, so a long prompt never
+        # stalls the others for more than one chunk.
+        running = sorted(
+            (slot for slot in self._slots if slot.request is not None), key=lambda slot: len(slot.pending) > 1
+        )
+        for slot in running:
+            assert slot.request is not None
+            if slot.request.cancelled.is_set():
+                self._finish(slot, "cancelled")
+                continue
+            chunk = slot.pending[: BATCH_TOKENS - used]
+            if not chunk:
+                continue
+            start = len(slot.tokens)
+            for offset, token in enumerate(chunk):
+                index = used + offset
+                batch.token[index] = token
+                batch.pos[index] = start + offset
+                batch.n_seq_id[index] = 1
+                batch.seq_id[index][0] = slot.seq_id
+                batch.logits[index] = False
+            used += len(chunk)
+            slot.tokens.extend(chunk)
+            slot.pending = slot.pending[len(chunk) :]
+            if not slot.pending:
+                batch.logits[used - 1] = True
+                sampled.append((slot, used - 1))
+        if not used:
+            return
+        batch.n_tokens = used
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise EngineError(f"llama_decode returned {status}")
+        for slot, index in sampled:
+            self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index))
+
+    def _advance(self, slot: _Slot, token: int) -> None:
+        request, decoder = slot.request, slot.decoder
+        assert request is not None and decoder is not None
+        if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+            self._finish(slot, "stop")
+            return
+        slot.produced += 1
+        length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
+        piece = decoder.decode(self._piece.raw[: max(length, 0)])
+        if piece:
+            request.emit(piece)
+        if slot.produced >= slot.budget:
+            self._finish(slot, "length")
+        elif request.cancelled.is_set():
+            self._finish(slot, "cancelled")
+        else:
+            slot.pending = [token]
+
+    def _finish(self, slot: _Slot, reason: FinishReason) -> None:
+        request, decoder = slot.request, slot.decoder
+        assert request is not None and decoder is not None
         tail = decoder.decode(b"", final=True)
         if tail:
-            yield tail
-        yield Finish(reason=reason, prompt_tokens=len(prompt), cached_tokens=cached, output_tokens=produced)
+            request.emit(tail)
+        self._release(slot)
+        # Keep only the prompt's cells. Generated tokens were decoded one at a time, and llama.cpp's kernels
+        # round differently for one token than for a batch: reusing their cells would make the next turn's
+        # output differ from what a fresh read of the same prompt gives. They are read again, as a batch.
+        kept = min(len(slot.tokens), len(request.prompt))
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, kept, -1)
+        slot.tokens = slot.tokens[:kept]
+        self._save_prefix(slot)
+        request.emit(Finish(reason, len(request.prompt), slot.cached, slot.produced))
+
+    def _release(self, slot: _Slot) -> None:
+        if slot.sampler is not None:
+            llama_cpp.llama_sampler_free(slot.sampler)
+        slot.request, slot.sampler, slot.decoder, slot.pending = None, None, None, []
+
+    def _save_prefix(self, slot: _Slot) -> None:
+        if self._cache is None or not slot.tokens:
+            return
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+        data = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, slot.seq_id)
+        self._cache.put(slot.tokens, ctypes.string_at(data, written))
+
+    def _fail_all(self, message: str) -> None:
+        for slot in self._slots:
+            if slot.request is not None:
+                request = slot.request
+                self._release(slot)
+                llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+                slot.tokens = []
+                request.emit(GenerationFailed(message))

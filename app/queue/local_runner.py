@@ -1,69 +1,55 @@
-"""llama.cpp engines in this process, each on a thread of its own; used by embedded mode and by workers."""
+"""The model in this process: jobs become requests to one batched LlamaEngine; used by embedded mode and
+by workers."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from app.generation.engine import LlamaEngine
+from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.types import Finish, GenerationFailed, GenerationOutput
 from app.queue.base import GenerationJob
 
 
 class LocalRun:
-    """A job's generation, pumped by a task of its own: a consumer that goes away never stalls the model."""
+    """A job's generation: the engine thread hands each output to the event loop as it decodes."""
 
-    def __init__(self, job: GenerationJob, runner: LocalRunner) -> None:
+    def __init__(self, job: GenerationJob, engine: LlamaEngine, on_done: Callable[[], object]) -> None:
         self.job = job
-        self._runner = runner
-        self._cancelled = threading.Event()
-        self._pieces: asyncio.Queue[GenerationOutput] = asyncio.Queue()
-        self._task = asyncio.create_task(self._pump(), name=f"generate {job.response_id}")
+        self._on_done = on_done
+        loop = asyncio.get_running_loop()
+        self._outputs: asyncio.Queue[GenerationOutput] = asyncio.Queue()
+        self._request = GenerationRequest(
+            job.prompt_tokens, job.sampling, emit=lambda output: loop.call_soon_threadsafe(self._deliver, output)
+        )
+        engine.submit(self._request)
+
+    def _deliver(self, output: GenerationOutput) -> None:
+        self._outputs.put_nowait(output)
+        if isinstance(output, Finish | GenerationFailed):
+            self._on_done()
 
     def cancel(self) -> None:
-        self._cancelled.set()
-
-    def _produce(self, engine: LlamaEngine, loop: asyncio.AbstractEventLoop) -> None:
-        """Runs on an engine's thread: hand every piece to the event loop as it decodes."""
-        try:
-            for piece in engine.generate(self.job.prompt_tokens, self.job.sampling, self._cancelled.is_set):
-                loop.call_soon_threadsafe(self._pieces.put_nowait, piece)
-        except Exception as error:  # the run must end with a terminal output whatever llama.cpp does
-            loop.call_soon_threadsafe(self._pieces.put_nowait, GenerationFailed(f"generation failed: {error}"))
-
-    async def _pump(self) -> None:
-        loop = asyncio.get_running_loop()
-        engine = await self._runner.idle.get()
-        running = loop.run_in_executor(self._runner.executor, self._produce, engine, loop)
-        # The engine is free again only when its thread is done, even if this task is cancelled.
-        running.add_done_callback(lambda _: self._runner.idle.put_nowait(engine))
-        await running
+        self._request.cancelled.set()
 
     async def outputs(self) -> AsyncIterator[GenerationOutput]:
         while True:
-            piece = await self._pieces.get()
-            yield piece
-            if isinstance(piece, Finish | GenerationFailed):
+            output = await self._outputs.get()
+            yield output
+            if isinstance(output, Finish | GenerationFailed):
                 return
 
 
 class LocalRunner:
-    """A pool of engines (one per concurrent generation); jobs wait for a free one in arrival order."""
+    """Starts jobs on the engine, which runs up to its `slots` of them at once; the rest wait in order."""
 
-    def __init__(self, load_engine: Callable[[], LlamaEngine], concurrency: int = 1) -> None:
-        self.engines = [load_engine() for _ in range(concurrency)]
-        self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="llama")
-        self.idle: asyncio.Queue[LlamaEngine] = asyncio.Queue()
-        for engine in self.engines:
-            self.idle.put_nowait(engine)
+    def __init__(self, engine: LlamaEngine) -> None:
+        self.engine = engine
         self._runs: dict[str, LocalRun] = {}
 
     def start(self, job: GenerationJob) -> LocalRun:
-        run = LocalRun(job, self)
+        run = LocalRun(job, self.engine, on_done=lambda: self._runs.pop(job.response_id, None))
         self._runs[job.response_id] = run
-        run._task.add_done_callback(lambda _: self._runs.pop(job.response_id, None))
         return run
 
     def cancel(self, response_id: str) -> None:
@@ -72,4 +58,4 @@ class LocalRunner:
             run.cancel()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.executor.shutdown, wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.engine.close)
