@@ -9,7 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 from arq import func
+from arq.constants import job_key_prefix
 from arq.jobs import Job, JobStatus
+from arq.worker import Function, Worker
 
 from app.config import Settings
 from app.db.base import utc_now
@@ -17,10 +19,20 @@ from app.db.repositories import responses as repository
 from app.db.session import create_engine, create_sessionmaker
 from app.generation.engine import LlamaEngine, default_concurrency
 from app.ids import new_id
-from app.queue.arq_backend import GENERATE_TASK, QUEUE_NAME, ArqQueue, redis_settings
+from app.queue.arq_backend import (
+    AFFINITY_TTL_S,
+    GENERATE_TASK,
+    QUEUE_NAME,
+    WORKER_KEY_PATTERN,
+    ArqQueue,
+    affinity_owner_key,
+    redis_settings,
+    worker_key,
+    worker_queue,
+)
 from app.queue.base import GenerationJob
 from app.queue.local_runner import LocalRunner
-from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus, subscribe_confirmed
+from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.responses import LOST_GENERATION_ERROR
 
@@ -38,7 +50,15 @@ JOB_TIMEOUT_S = 3600
 
 async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     job = GenerationJob.from_payload(payload)
+    if job.affinity_key:
+        # This worker's prefix cache is about to hold the prompt: send the next job with this key here. Set
+        # before the response can complete, so a client chaining at once is already routed by it.
+        await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
     await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
+
+
+def _generate_function() -> Function:
+    return func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)
 
 
 async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
@@ -53,7 +73,7 @@ async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
 
 
 async def _beat(ctx: dict[str, Any]) -> None:
-    key = f"{KEY_PREFIX}:worker:{ctx['worker_id']}"
+    key = worker_key(ctx["worker_id"])
     while True:
         await ctx["redis"].set(key, "1", ex=WORKER_KEY_TTL_S)
         await asyncio.sleep(WORKER_HEARTBEAT_S)
@@ -70,10 +90,22 @@ async def reconcile(ctx: dict[str, Any]) -> None:
     if failed:
         logger.warning("failed %d responses whose worker stopped", failed)
     for payload in queued:
-        status = await Job(payload["response_id"], ctx["redis"], _queue_name=QUEUE_NAME).status()
-        if status == JobStatus.not_found:
-            logger.warning("re-enqueueing %s, which Redis lost", payload["response_id"])
+        if not await _job_is_waiting(ctx, payload["response_id"]):
+            logger.warning("re-enqueueing %s, which Redis lost (or a dead worker held)", payload["response_id"])
+            # Drop arq's record of the lost job, or the new enqueue would be a no-op.
+            await ctx["redis"].delete(job_key_prefix + payload["response_id"])
             await ctx["queue"].enqueue(GenerationJob.from_payload(payload))
+
+
+async def _job_is_waiting(ctx: dict[str, Any], job_id: str) -> bool:
+    """Queued in the shared queue or in a live worker's own, or running."""
+    if await Job(job_id, ctx["redis"], _queue_name=QUEUE_NAME).status() != JobStatus.not_found:
+        return True
+    async for key in ctx["redis"].scan_iter(match=WORKER_KEY_PATTERN, count=100):
+        worker_id = key.decode().rsplit(":", 1)[-1]
+        if await ctx["redis"].zscore(worker_queue(worker_id), job_id) is not None:
+            return True
+    return False
 
 
 async def _reconcile_forever(ctx: dict[str, Any]) -> None:
@@ -83,6 +115,23 @@ async def _reconcile_forever(ctx: dict[str, Any]) -> None:
         except Exception:
             logger.exception("reconcile failed; trying again")
         await asyncio.sleep(RECONCILE_INTERVAL_S)
+
+
+async def _run_own_queue(ctx: dict[str, Any]) -> None:
+    """A second arq worker in this process, on this worker's own queue (jobs sent here by affinity), sharing
+    the model: jobs beyond its sequences wait in the engine, in order."""
+    own = Worker(
+        functions=[_generate_function()],
+        queue_name=worker_queue(ctx["worker_id"]),
+        redis_pool=ctx["redis"],
+        ctx=ctx,
+        handle_signals=False,
+        max_jobs=ctx["runner"].engine.slots,
+        job_timeout=JOB_TIMEOUT_S,
+        keep_result=60,
+        poll_delay=0.05,
+    )
+    await own.main()
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -95,7 +144,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["queue"] = ArqQueue(ctx["redis"])
     ctx["worker_id"] = new_id("worker")
     ctx["background"] = [
-        asyncio.create_task(coroutine(ctx)) for coroutine in (_listen_for_cancels, _beat, _reconcile_forever)
+        asyncio.create_task(coroutine(ctx))
+        for coroutine in (_listen_for_cancels, _beat, _reconcile_forever, _run_own_queue)
     ]
     logger.info("worker %s ready: model %s", ctx["worker_id"], settings.resolved_model_path.name)
 
@@ -106,7 +156,7 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     if "worker_id" in ctx:
-        await ctx["redis"].delete(f"{KEY_PREFIX}:worker:{ctx['worker_id']}")
+        await ctx["redis"].delete(worker_key(ctx["worker_id"]))
     if "runner" in ctx:
         await ctx["runner"].close()
     if "engine" in ctx:
@@ -117,7 +167,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
     """arq's WorkerSettings, as keyword arguments for arq.worker.run_worker."""
     assert settings.redis_url is not None
     return {
-        "functions": [func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)],
+        "functions": [_generate_function()],
         "on_startup": startup,
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),

@@ -80,7 +80,8 @@ def _check_call_outputs(history: list[Turn], items: list[dict[str, Any]]) -> Non
             )
 
 
-async def _load_history(session: AsyncSession, previous_id: str, tenant: str) -> list[Turn]:
+async def _load_history(session: AsyncSession, previous_id: str, tenant: str) -> tuple[list[Turn], str]:
+    """The chain's turns, oldest first, and the id of its first response."""
     chain = await repository.get_chain(session, previous_id, tenant)
     if not chain:
         raise InvalidRequest(
@@ -96,7 +97,7 @@ async def _load_history(session: AsyncSession, previous_id: str, tenant: str) ->
             code="previous_response_not_finished",
         )
     items = await repository.get_input_items(session, [row.id for row in chain])
-    return [Turn(input_items=items[row.id], output_items=row.output) for row in chain]
+    return [Turn(input_items=items[row.id], output_items=row.output) for row in chain], chain[0].id
 
 
 class PreparedResponse:
@@ -126,9 +127,10 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
     tools = resolve_tools(request.tools, request.tool_choice, strict=runtime.settings.strict_tools)
     items = normalize_input(request.input)
     history: list[Turn] = []
+    chain_root: str | None = None
     if request.previous_response_id is not None:
         async with runtime.sessionmaker() as session:
-            history = await _load_history(session, request.previous_response_id, tenant)
+            history, chain_root = await _load_history(session, request.previous_response_id, tenant)
     _check_call_outputs(history, items)
     reasoning_tags = runtime.tokenizer.reasoning_tags
     # A template with tool support shows the tools its own way; otherwise the system prompt offers them.
@@ -183,6 +185,7 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=reasoning_tags,
         encrypted_reasoning="reasoning.encrypted_content" in (request.include or []),
+        affinity_key=request.prompt_cache_key or chain_root or response.id,
     )
     return PreparedResponse(response, items, job, stream=bool(request.stream), ignored_tools=tools.ignored)
 

@@ -76,6 +76,17 @@ def model_of(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
 
+def poll_until(
+    client: openai.OpenAI, response_id: str, status: str, timeout_s: float = 30
+) -> openai.types.responses.Response:
+    deadline = time.monotonic() + timeout_s
+    response = client.responses.retrieve(response_id)
+    while response.status != status and time.monotonic() < deadline:
+        time.sleep(0.05)
+        response = client.responses.retrieve(response_id)
+    return response
+
+
 def poll(client: openai.OpenAI, response_id: str, timeout_s: float = 60) -> openai.types.responses.Response:
     deadline = time.monotonic() + timeout_s
     response = client.responses.retrieve(response_id)
@@ -148,6 +159,49 @@ def test_cancel_stops_the_worker_within_about_a_token(cluster: Cluster) -> None:
     assert a.responses.cancel(created.id).model_dump() == cancelled.model_dump()
     # The worker is free at once for the next job.
     assert a.responses.create(model=model_of(a), input="Hi!", max_output_tokens=16).output_text
+
+
+def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> None:
+    # Two workers of one sequence each. The chain's owner is kept busy when the next turn comes: without
+    # affinity the idle worker would take that turn from the shared queue and read its prompt in full.
+    cluster.worker.stop()
+    env = {**cluster.env(), "RESPONSES_WORKER_CONCURRENCY": "1"}
+    workers = [ServerProcess(env, cluster.logs / f"single-{index}.log", command=["worker"]).start() for index in (1, 2)]
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    model = model_of(a)
+    try:
+        with redis.Redis.from_url(cluster.redis_url) as connection:
+            deadline = time.monotonic() + 60
+            while len(list(connection.scan_iter(match="llama-responses:worker:*"))) < 2:
+                assert time.monotonic() < deadline, "the workers did not come up"
+                time.sleep(0.2)
+            first = a.responses.create(model=model, input="Name a fruit.", temperature=0, max_output_tokens=16)
+            owner = connection.get(f"llama-responses:affinity:{first.id}")
+            assert owner is not None and connection.exists(f"llama-responses:worker:{owner.decode()}")
+        # A long job of the same chain goes to the owner and occupies it...
+        busy = b.responses.create(
+            model=model, input=STORY, previous_response_id=first.id, background=True, max_output_tokens=4000
+        )
+        assert poll_until(a, busy.id, "in_progress").status == "in_progress"
+        # ...so the next turn waits in the owner's own queue rather than going to the idle worker.
+        second = b.responses.create(
+            model=model,
+            input="What colour is it?",
+            previous_response_id=first.id,
+            background=True,
+            temperature=0,
+            max_output_tokens=16,
+        )
+        time.sleep(0.5)
+        assert a.responses.retrieve(second.id).status == "queued"
+        a.responses.cancel(busy.id)
+        done = poll(a, second.id)
+        assert done.status in ("completed", "incomplete") and done.usage is not None and first.usage is not None
+        assert done.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    finally:
+        for worker in workers:
+            worker.stop()
+        cluster.worker = cluster.new_worker("worker-after-affinity")
 
 
 def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tmp_path: Path) -> None:
