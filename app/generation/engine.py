@@ -88,6 +88,8 @@ class LlamaEngine:
         slots: int = 1,
         prefix_cache: PrefixCache | None = None,
     ) -> None:
+        # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         llama_cpp.llama_backend_init()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = default_gpu_layers() if n_gpu_layers is None else n_gpu_layers

@@ -1,0 +1,120 @@
+"""The baselines each figure is divided by: raw llama-cpp-python in-process, llama.cpp's llama-server, and a
+bare FastAPI endpoint under the same uvicorn settings as our server."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import llama_cpp
+
+from app.config import Settings
+from app.generation.prompt import ChatMessage
+from app.generation.tokenizer import ChatTokenizer
+from bench.workloads import PROMPT, StreamTiming
+from tests.fixtures.server import free_port
+
+
+def raw_stream(threads: int, tokens: int) -> StreamTiming:
+    """llama-cpp-python's high-level API on its own: the same prompt, rendered the same way, greedy."""
+    path = Settings().resolved_model_path
+    prompt = ChatTokenizer(path, n_ctx=None).render([ChatMessage("user", PROMPT)])
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=0, n_threads=threads, verbose=False)
+    # Warm-up, as on the API side: the prompt is then in the KV cache on both sides.
+    for _ in llm.create_completion(prompt, max_tokens=16, temperature=0, stream=True):
+        pass
+    started = time.perf_counter()
+    first = last = 0.0
+    produced = 0
+    for _ in llm.create_completion(prompt, max_tokens=tokens, temperature=0, stream=True):
+        last = time.perf_counter()
+        first = first or last
+        produced += 1
+    llm.close()
+    return StreamTiming(ttft_s=first - started, deltas=produced, tokens_per_s=(produced - 1) / (last - first))
+
+
+class LlamaServer:
+    """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it)."""
+
+    def __init__(self, binary: Path, threads: int, log: Path, parallel: int | None = None) -> None:
+        self.port = free_port()
+        command = [str(binary), "-m", str(Settings().resolved_model_path), "--port", str(self.port)]
+        command += ["-t", str(threads), "-tb", str(threads), "--log-disable"]
+        if parallel is not None:
+            command += ["-np", str(parallel)]
+        with log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"llama-server did not start:\n{log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+    def __enter__(self) -> LlamaServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+class BareApp:
+    """bench/bare_app.py under uvicorn, started as `llama-responses serve` starts ours (uvicorn.run defaults)."""
+
+    def __init__(self, log: Path) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "bench.bare_app", "--port", str(self.port)]
+        with log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.base_url}/bare", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError("the bare app did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def wrk(url: str, seconds: int = 5, connections: int = 16) -> dict[str, Any] | None:
+    """Requests/s and p99 latency from wrk (one thread, from loopback); None when wrk is not installed."""
+    if shutil.which("wrk") is None:
+        return None
+    output = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", output)
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    if rate is None or p99 is None:
+        raise RuntimeError(f"unexpected wrk output:\n{output}")
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    return {
+        "requests_per_s": float(rate.group(1)),
+        "p99_ms": float(p99.group(1)) * scale,
+        "errors": int(non_2xx.group(1)) if non_2xx else 0,
+    }

@@ -1,0 +1,130 @@
+"""Client workloads, run the same way against our server and against llama-server (both speak /v1/responses)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+PROMPT = "Write a long story about a dragon who learns to bake bread."
+TOPICS = ["bread", "rivers", "owls", "glass", "tea", "comets", "maps", "bees"]
+
+
+def sdk_client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="bench", max_retries=0, timeout=600)
+
+
+@dataclass(frozen=True)
+class StreamTiming:
+    ttft_s: float
+    deltas: int
+    #: Output deltas (one per token on both servers) over the time from the first to the last.
+    tokens_per_s: float
+
+
+def stream_once(client: openai.OpenAI, model: str, prompt: str, tokens: int) -> StreamTiming:
+    """What a streaming client sees: the time to the first text delta, then the delta rate."""
+    started = time.perf_counter()
+    first = last = 0.0
+    deltas = 0
+    with client.responses.stream(
+        model=model, input=prompt, temperature=0, max_output_tokens=tokens, store=False
+    ) as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                last = time.perf_counter()
+                first = first or last
+                deltas += 1
+    rate = (deltas - 1) / (last - first) if deltas > 1 else 0.0
+    return StreamTiming(ttft_s=first - started, deltas=deltas, tokens_per_s=rate)
+
+
+def best_stream(client: openai.OpenAI, model: str, tokens: int, runs: int = 3) -> StreamTiming:
+    """The median of a few runs (after one warm-up that puts the prompt in the cache)."""
+    stream_once(client, model, PROMPT, 16)
+    timings = [stream_once(client, model, PROMPT, tokens) for _ in range(runs)]
+    return StreamTiming(
+        ttft_s=statistics.median(t.ttft_s for t in timings),
+        deltas=timings[0].deltas,
+        tokens_per_s=statistics.median(t.tokens_per_s for t in timings),
+    )
+
+
+def concurrent_streams(client: openai.OpenAI, model: str, streams: int, tokens: int) -> float:
+    """Aggregate output tokens/s of `streams` simultaneous streams with different prompts."""
+
+    def one(index: int) -> int:
+        prompt = f"Write a long story about {TOPICS[index % len(TOPICS)]} (story {index})."
+        return stream_once(client, model, prompt, tokens).deltas
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=streams) as pool:
+        produced = sum(pool.map(one, range(streams)))
+    return produced / (time.perf_counter() - started)
+
+
+def conversations(
+    client: openai.OpenAI, model: str, *, chained: bool, conversations: int = 8, turns: int = 8, tokens: int = 32
+) -> dict[str, Any]:
+    """`conversations` conversations of `turns` turns, interleaved (turn 1 of each, then turn 2 of each...),
+    chained by previous_response_id or resent whole by a stateless client (store: false)."""
+    latencies: list[list[float]] = [[] for _ in range(turns)]
+    prefilled: list[list[int]] = [[] for _ in range(turns)]
+    previous: list[str | None] = [None] * conversations
+    histories: list[list[dict[str, Any]]] = [[] for _ in range(conversations)]
+    for turn in range(turns):
+        for index in range(conversations):
+            # Distinct questions per workload: a stateless run must not hit what a chained run left in the cache.
+            workload = "chained" if chained else "resent"
+            question = f"Tell me one more fact about {TOPICS[index % len(TOPICS)]} ({workload} fact {turn + 1})."
+            started = time.perf_counter()
+            if chained:
+                response = client.responses.create(
+                    model=model,
+                    input=question,
+                    previous_response_id=previous[index],
+                    temperature=0,
+                    max_output_tokens=tokens,
+                )
+                previous[index] = response.id
+            else:
+                histories[index].append({"role": "user", "content": question})
+                response = client.responses.create(
+                    model=model,
+                    input=histories[index],  # type: ignore[arg-type]
+                    store=False,
+                    temperature=0,
+                    max_output_tokens=tokens,
+                    prompt_cache_key=f"conversation-{index}",
+                )
+                histories[index].append({"role": "assistant", "content": response.output_text})
+            latencies[turn].append(time.perf_counter() - started)
+            usage = response.usage
+            assert usage is not None
+            cached = usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0
+            prefilled[turn].append(usage.input_tokens - cached)
+    mean = [statistics.mean(turn) for turn in latencies]
+    return {
+        "turn8_over_turn1": mean[-1] / mean[0],
+        "latency_ms_per_turn": [round(value * 1000, 1) for value in mean],
+        "prefilled_tokens_per_turn": [round(statistics.mean(turn), 1) for turn in prefilled],
+    }
+
+
+def cancel_latency(client: openai.OpenAI, model: str, runs: int = 3) -> dict[str, float]:
+    """POST /cancel on a generating background response, until it returns the stored, stopped response."""
+    samples = []
+    for _ in range(runs):
+        created = client.responses.create(model=model, input=PROMPT, background=True, max_output_tokens=2000)
+        while client.responses.retrieve(created.id).status == "queued":
+            time.sleep(0.02)
+        time.sleep(0.3)
+        started = time.perf_counter()
+        cancelled = client.responses.cancel(created.id)
+        samples.append(time.perf_counter() - started)
+        assert cancelled.status == "cancelled"
+    return {"median_ms": statistics.median(samples) * 1000, "max_ms": max(samples) * 1000}
