@@ -40,7 +40,9 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# scope="function": the transaction commits when the endpoint returns, before the response is sent; with the
+# default scope it committed after, and a client's next request could miss its own write (a DELETE, say).
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
 async def get_tenant(request: Request, settings: SettingsDep) -> str:

@@ -101,6 +101,15 @@ def test_delete_then_everything_is_gone(client: openai.OpenAI, model: str) -> No
     assert chained.value.body["param"] == "previous_response_id"
 
 
+def test_a_request_sees_the_writes_of_the_one_before(client: openai.OpenAI, model: str) -> None:
+    # The response to a DELETE must not leave before its commit; a prompt next request once found the row.
+    for _ in range(10):
+        response = client.responses.create(model=model, input="Hi!", max_output_tokens=16)
+        client.responses.delete(response.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(response.id)
+
+
 def test_store_false_keeps_nothing(client: openai.OpenAI, model: str) -> None:
     response = client.responses.create(model=model, input=QUESTION, store=False, max_output_tokens=16)
     assert response.output_text and response.model_extra and response.model_extra["store"] is False
