@@ -31,8 +31,10 @@ def stream_once(client: openai.OpenAI, model: str, prompt: str, tokens: int) -> 
     started = time.perf_counter()
     first = last = 0.0
     deltas = 0
-    with client.responses.stream(
-        model=model, input=prompt, temperature=0, max_output_tokens=tokens, store=False
+    # create(stream=True), not the stream() helper: llama-server's events lack fields (content_index) that the
+    # helper's accumulator needs.
+    with client.responses.create(
+        model=model, input=prompt, temperature=0, max_output_tokens=tokens, store=False, stream=True
     ) as stream:
         for event in stream:
             if event.type == "response.output_text.delta":
@@ -92,7 +94,7 @@ def conversations(
                 )
                 previous[index] = response.id
             else:
-                histories[index].append({"role": "user", "content": question})
+                histories[index].append({"type": "message", "role": "user", "content": question})
                 response = client.responses.create(
                     model=model,
                     input=histories[index],  # type: ignore[arg-type]
@@ -101,7 +103,7 @@ def conversations(
                     max_output_tokens=tokens,
                     prompt_cache_key=f"conversation-{index}",
                 )
-                histories[index].append({"role": "assistant", "content": response.output_text})
+                histories[index].append({"type": "message", "role": "assistant", "content": response.output_text})
             latencies[turn].append(time.perf_counter() - started)
             usage = response.usage
             assert usage is not None
