@@ -11,13 +11,13 @@ from typing import Any
 from arq import func
 from arq.constants import job_key_prefix
 from arq.jobs import Job, JobStatus
-from arq.worker import Function, Worker
+from arq.worker import Worker
 
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.repositories import responses as repository
 from app.db.session import create_engine, create_sessionmaker
-from app.generation.engine import LlamaEngine, default_concurrency
+from app.generation.engine import LlamaEngine, concurrency
 from app.ids import new_id
 from app.queue.arq_backend import (
     AFFINITY_TTL_S,
@@ -57,8 +57,15 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
 
 
-def _generate_function() -> Function:
-    return func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)
+def _job_options(max_jobs: int) -> dict[str, Any]:
+    """What the shared-queue worker and a worker's own-queue worker have in common."""
+    return {
+        "functions": [func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)],
+        "max_jobs": max_jobs,
+        "job_timeout": JOB_TIMEOUT_S,
+        "keep_result": 60,
+        "poll_delay": 0.05,
+    }
 
 
 async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
@@ -121,15 +128,11 @@ async def _run_own_queue(ctx: dict[str, Any]) -> None:
     """A second arq worker in this process, on this worker's own queue (jobs sent here by affinity), sharing
     the model: jobs beyond its sequences wait in the engine, in order."""
     own = Worker(
-        functions=[_generate_function()],
         queue_name=worker_queue(ctx["worker_id"]),
         redis_pool=ctx["redis"],
         ctx=ctx,
         handle_signals=False,
-        max_jobs=ctx["runner"].engine.slots,
-        job_timeout=JOB_TIMEOUT_S,
-        keep_result=60,
-        poll_delay=0.05,
+        **_job_options(ctx["runner"].engine.slots),
     )
     await own.main()
 
@@ -167,13 +170,9 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
     """arq's WorkerSettings, as keyword arguments for arq.worker.run_worker."""
     assert settings.redis_url is not None
     return {
-        "functions": [_generate_function()],
         "on_startup": startup,
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
         "queue_name": QUEUE_NAME,
-        "max_jobs": settings.worker_concurrency or default_concurrency(),
-        "job_timeout": JOB_TIMEOUT_S,
-        "keep_result": 60,
-        "poll_delay": 0.05,
+        **_job_options(concurrency(settings)),
     }

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 
 from app.config import Settings
-from app.generation.prefix_cache import PrefixCache
+from app.generation.prefix_cache import PrefixCache, common_prefix_length
 from app.generation.types import Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -44,9 +45,10 @@ def default_gpu_layers() -> int:
     return -1 if llama_cpp.llama_supports_gpu_offload() else 0
 
 
-def default_concurrency() -> int:
-    """Sequences decoded together: on a CPU batching gains little past 4 (measured in bench/), a GPU gains more."""
-    return 8 if llama_cpp.llama_supports_gpu_offload() else 4
+def concurrency(settings: Settings) -> int:
+    """Sequences decoded together. By default: on a CPU batching gains little past 4 (measured in bench/), a
+    GPU gains more."""
+    return settings.worker_concurrency or (8 if llama_cpp.llama_supports_gpu_offload() else 4)
 
 
 class EngineError(RuntimeError):
@@ -134,7 +136,7 @@ class LlamaEngine:
             n_ctx=settings.n_ctx,
             n_threads=settings.n_threads,
             n_gpu_layers=settings.n_gpu_layers,
-            slots=settings.worker_concurrency or default_concurrency(),
+            slots=concurrency(settings),
             prefix_cache=PrefixCache(cache_bytes) if cache_bytes else None,
         )
 
@@ -158,10 +160,9 @@ class LlamaEngine:
 
     def _run(self) -> None:
         while True:
-            busy = [slot for slot in self._slots if slot.request is not None]
-            if not self._admit(wait=not busy):
+            if not self._admit(wait=not self._busy()):
                 break
-            if any(slot.request is not None for slot in self._slots):
+            if self._busy():
                 try:
                     self._step()
                 except Exception as error:  # a failed decode ends every generation in it, not the engine
@@ -170,6 +171,9 @@ class LlamaEngine:
         for slot in self._slots:
             if slot.request is not None:
                 self._finish(slot, "cancelled")
+
+    def _busy(self) -> bool:
+        return any(slot.request is not None for slot in self._slots)
 
     def _admit(self, *, wait: bool) -> bool:
         """Start waiting requests on free slots; False once close() was called."""
@@ -197,9 +201,9 @@ class LlamaEngine:
             reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
-        free = [slot for slot in self._slots if slot.request is None]
-        slot = max(free, key=lambda candidate: self._shared_prefix(candidate.tokens, prompt))
-        reused = self._restore_prefix(slot, prompt)
+        free = [(slot, self._shared_prefix(slot.tokens, prompt)) for slot in self._slots if slot.request is None]
+        slot, reused = max(free, key=lambda candidate: candidate[1])
+        reused = self._restore_prefix(slot, prompt, reused)
         # Always read at least the last prompt token again: its logits choose the first output token.
         reused = min(reused, len(prompt) - 1)
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
@@ -213,33 +217,31 @@ class LlamaEngine:
     def _shared_prefix(self, tokens: list[int], prompt: list[int]) -> int:
         if self._cache is None or not tokens:
             return 0
-        length = 0
-        for cached, wanted in zip(tokens, prompt, strict=False):
-            if cached != wanted:
-                break
-            length += 1
-        return length
+        return common_prefix_length(np.asarray(tokens, dtype=np.int32), np.asarray(prompt, dtype=np.int32))
 
-    def _restore_prefix(self, slot: _Slot, prompt: list[int]) -> int:
-        """How many leading prompt tokens the slot's KV cells hold, after restoring a longer saved state."""
+    def _restore_prefix(self, slot: _Slot, prompt: list[int], reused: int) -> int:
+        """How many leading prompt tokens the slot's KV cells hold (`reused` as it is), after restoring a
+        longer saved state."""
         if self._cache is None:
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-            slot.tokens = []
+            self._clear(slot)
             return 0
-        reused = self._shared_prefix(slot.tokens, prompt)
         match = self._cache.best_match(prompt)
-        if match is not None and match[0] > reused:
-            shared, saved = match
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-            data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
-            if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
-                slot.tokens = saved.tokens.tolist()
-                return shared
-            logger.warning("could not restore a saved prefix; reading the prompt in full")
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-            slot.tokens = []
-            return 0
-        return reused
+        if match is None or match[0] <= reused:
+            return reused
+        shared, saved = match
+        self._clear(slot)
+        data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
+            slot.tokens = saved.tokens.tolist()
+            return shared
+        logger.warning("could not restore a saved prefix; reading the prompt in full")
+        self._clear(slot)
+        return 0
+
+    def _clear(self, slot: _Slot) -> None:
+        """Drop every KV cell of the slot's sequence."""
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+        slot.tokens = []
 
     def _sampler(self, sampling: SamplingParams) -> llama_cpp.llama_sampler_p:
         chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(
@@ -352,6 +354,5 @@ class LlamaEngine:
             if slot.request is not None:
                 request = slot.request
                 self._release(slot)
-                llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-                slot.tokens = []
+                self._clear(slot)
                 request.emit(GenerationFailed(message))
