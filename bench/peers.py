@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import llama_cpp
 
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from bench.workloads import PROMPT, StreamTiming
-from tests.fixtures.server import free_port
+from tests.fixtures.server import free_port, wait_for_ok
 
 
 def raw_stream(threads: int, tokens: int) -> StreamTiming:
@@ -52,16 +51,9 @@ class LlamaServer:
         with log.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"llama-server did not start:\n{log.read_text()[-2000:]}")
+        if not wait_for_ok(f"{self.base_url}/health", timeout_s=120):
+            self.stop()
+            raise RuntimeError(f"llama-server did not start:\n{log.read_text()[-2000:]}")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -83,14 +75,9 @@ class BareApp:
         with log.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{self.base_url}/bare", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise RuntimeError("the bare app did not start")
+        if not wait_for_ok(f"{self.base_url}/bare", timeout_s=30):
+            self.stop()
+            raise RuntimeError("the bare app did not start")
 
     def stop(self) -> None:
         self.process.terminate()
