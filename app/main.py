@@ -18,7 +18,7 @@ from app.errors import register_error_handlers
 from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
 from app.runtime import Runtime
-from app.services.responses import fail_unfinished_responses
+from app.services.recovery import fail_unfinished_responses
 
 logger = logging.getLogger(__name__)
 

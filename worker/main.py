@@ -34,7 +34,7 @@ from app.queue.base import GenerationJob
 from app.queue.local_runner import LocalRunner
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
-from app.services.responses import LOST_GENERATION_ERROR
+from app.services.recovery import LOST_GENERATION_ERROR
 
 logger = logging.getLogger("llama_responses.worker")
 

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from app.api.deps import RuntimeDep, SessionDep, TenantDep
 from app.api.sse import EventStreamResponse
 from app.schemas.responses import DeletedResponse, ResponseObject
+from app.services import cancellation, preparation, submission
 from app.services import responses as service
 from app.services.validation import parse_create_request
 
@@ -20,12 +21,12 @@ IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
 @router.post("/responses", response_model=None)
 async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> Response:
     body = parse_create_request(await request.body(), runtime.settings)
-    prepared = await service.prepare_response(body, tenant, runtime)
+    prepared = await preparation.prepare_response(body, tenant, runtime)
     # Hosted tools (web_search, ...) cannot run here; they were left out of what the model sees.
     headers = {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
     if prepared.stream:
-        return EventStreamResponse(await service.open_stream(runtime, prepared, tenant), headers=headers)
-    response = await service.create_response(runtime, prepared, tenant)
+        return EventStreamResponse(await submission.open_stream(runtime, prepared, tenant), headers=headers)
+    response = await submission.create_response(runtime, prepared, tenant)
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
 
 
@@ -50,4 +51,4 @@ async def delete_response(response_id: str, session: SessionDep, tenant: TenantD
 
 @router.post("/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> ResponseObject:
-    return await service.cancel_response(runtime, response_id, tenant)
+    return await cancellation.cancel_response(runtime, response_id, tenant)
