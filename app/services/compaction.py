@@ -30,7 +30,6 @@ COMPACTION_REQUEST = (
     "found (tool calls and their results too), what was decided, and what is still open. Be concise and keep "
     "names, numbers and identifiers exact. Write only the summary."
 )
-SUMMARY_MAX_OUTPUT_TOKENS = 512
 #: Without a compact_threshold, a create compacts once its context passes this share of the window.
 DEFAULT_THRESHOLD_SHARE = 0.8
 
@@ -62,6 +61,7 @@ async def summarize(
         )
     except ContextTooLong as error:
         raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    max_output_tokens = runtime.settings.compaction_max_output_tokens
     snapshot = ResponseObject(
         id=new_id("resp"),
         created_at=int(time.time()),
@@ -69,12 +69,12 @@ async def summarize(
         model=model,
         store=False,
         temperature=0.0,
-        max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
+        max_output_tokens=max_output_tokens,
     )
     job = GenerationJob(
         response_id=snapshot.id,
         prompt_tokens=prompt,
-        sampling=SamplingParams(temperature=0.0, top_p=1.0, max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS),
+        sampling=SamplingParams(temperature=0.0, top_p=1.0, max_output_tokens=max_output_tokens),
         response=snapshot.model_dump(mode="json"),
         store=False,
         keep_events=False,
