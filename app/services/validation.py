@@ -16,8 +16,9 @@ Body = TypeVar("Body", bound=BaseModel)
 INCLUDABLE = frozenset(get_args(Includable))
 
 
-def parse_body(body: bytes, model: type[Body], settings: Settings, *, known: Collection[str]) -> Body:
-    """A JSON body as `model`, or a 400 that names what is wrong (strict mode: unknown fields too)."""
+def parse_body(body: bytes, model: type[Body], settings: Settings, *, known: Collection[str] | None = None) -> Body:
+    """A JSON body as `model`, or a 400 that names what is wrong (strict mode: fields not in `known`, by default
+    the model's, too)."""
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -28,7 +29,7 @@ def parse_body(body: bytes, model: type[Body], settings: Settings, *, known: Col
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
     if settings.strict_params:
-        unknown = sorted(set(payload) - set(known))
+        unknown = sorted(set(payload) - set(model.model_fields if known is None else known))
         if unknown:
             raise InvalidRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0], code="unknown_parameter")
     try:

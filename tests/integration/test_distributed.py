@@ -208,6 +208,7 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
 
 
 def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> None:
+    wait_until_ready(cluster.api_a.base_url)  # an earlier test may have just replaced the worker
     a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
     model = model_of(a)
     conversation = a.conversations.create(items=[{"role": "user", "content": "Let us talk about fruit."}])

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.db.repositories import responses as repository
 from app.main import create_app
 from app.runtime import Runtime
+from app.services import conversation_turns
 from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import assert_well_formed_stream, parse_sse
 from tests.unit.test_background import poll_until_done
@@ -79,6 +80,18 @@ async def test_crud_in_the_sdk_shapes(client: httpx.AsyncClient) -> None:
         await client.post(f"/v1/conversations/{made['id']}/items", json={"items": [user("x")]}),
     ):
         assert reply.status_code == 404 and reply.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_an_empty_body_makes_an_empty_conversation(client: httpx.AsyncClient) -> None:
+    reply = await client.post("/v1/conversations")
+    assert reply.status_code == 200 and reply.json()["metadata"] == {}
+
+
+@pytest.mark.settings(strict_params=True)
+async def test_strict_mode_names_unknown_fields(client: httpx.AsyncClient) -> None:
+    reply = await client.post("/v1/conversations", json={"items": [], "colour": "red"})
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "unknown_parameter"
+    assert reply.json()["error"]["param"] == "colour"
 
 
 async def test_items_page_like_input_items(client: httpx.AsyncClient) -> None:
@@ -252,6 +265,29 @@ async def test_a_response_ended_by_recovery_frees_its_conversation(
     runner.cancel(stuck["id"])
     assert (await poll_until_done(client, stuck["id"]))["status"] == "failed"
     assert texts(await items_of(client, made["id"])) == ["y", " ".join(FAKE_REPLY)]
+
+
+async def test_an_unstored_claim_ends_after_its_lease(
+    client: httpx.AsyncClient, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = await create(client)
+    runner.delay_s = 0.05
+    runner.reply = ["w"] * 1000
+    body = {"input": "x", "conversation": made["id"], "store": False}
+    # A store: false response whose worker never finishes it (here: a model that does not stop).
+    hung = asyncio.create_task(client.post("/v1/responses", json=body))
+    while not runner.jobs:
+        await asyncio.sleep(0.01)
+    runner.delay_s = 0
+    runner.reply = list(FAKE_REPLY)
+    locked = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})
+    assert locked.status_code == 400 and locked.json()["error"]["code"] == "conversation_locked"
+    monkeypatch.setattr(conversation_turns, "UNSTORED_CLAIM_LEASE_S", 0)
+    freed = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})
+    assert freed.status_code == 200, freed.text
+    runner.cancel(runner.jobs[0].response_id)
+    assert (await hung).json()["status"] == "cancelled"
+    assert texts(await items_of(client, made["id"])) == ["y", " ".join(FAKE_REPLY)], "the cancelled one adds nothing"
 
 
 async def test_conversation_errors(client: httpx.AsyncClient) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.api.deps import RuntimeDep, SessionDep, TenantDep
@@ -17,7 +17,7 @@ from app.schemas.conversations import (
     ItemsCreateRequest,
 )
 from app.services import conversations as service
-from app.services.validation import check_includes
+from app.services.validation import check_includes, parse_body
 
 router = APIRouter()
 
@@ -26,9 +26,9 @@ IncludeBracketsQuery = Annotated[list[str] | None, Query(alias="include[]")]
 
 
 @router.post("/conversations")
-async def create_conversation(
-    body: ConversationCreateRequest, runtime: RuntimeDep, tenant: TenantDep
-) -> ConversationObject:
+async def create_conversation(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> ConversationObject:
+    # Every field is optional: an empty body is an empty conversation.
+    body = parse_body(await request.body() or b"{}", ConversationCreateRequest, runtime.settings)
     return await service.create_conversation(runtime, tenant, items=body.items, metadata=body.metadata)
 
 
@@ -39,8 +39,9 @@ async def get_conversation(conversation_id: str, session: SessionDep, tenant: Te
 
 @router.post("/conversations/{conversation_id}")
 async def update_conversation(
-    conversation_id: str, body: ConversationUpdateRequest, session: SessionDep, tenant: TenantDep
+    conversation_id: str, request: Request, runtime: RuntimeDep, session: SessionDep, tenant: TenantDep
 ) -> ConversationObject:
+    body = parse_body(await request.body(), ConversationUpdateRequest, runtime.settings)
     return await service.update_conversation(session, conversation_id, tenant, body.metadata)
 
 
@@ -52,13 +53,14 @@ async def delete_conversation(conversation_id: str, session: SessionDep, tenant:
 @router.post("/conversations/{conversation_id}/items")
 async def add_items(
     conversation_id: str,
-    body: ItemsCreateRequest,
+    request: Request,
     runtime: RuntimeDep,
     tenant: TenantDep,
     include: IncludeQuery = None,
     include_brackets: IncludeBracketsQuery = None,
 ) -> ConversationItemList:
     check_includes(include, include_brackets)
+    body = parse_body(await request.body(), ItemsCreateRequest, runtime.settings)
     return await service.add_items(runtime, conversation_id, tenant, body.items)
 
 
