@@ -36,7 +36,7 @@ def test_conversation_turns_reuse_the_prefix_as_chained_turns_do(client: openai.
         items=[{"type": "message", "role": "user", "content": "Let us talk about fruit."}], metadata={"case": "fruit"}
     )
     assert client.conversations.retrieve(conversation.id).metadata == {"case": "fruit"}
-    common = {"model": model, "conversation": conversation.id, "temperature": 0, "max_output_tokens": 24}
+    common = {"model": model, "conversation": conversation.id, "temperature": 0, "max_output_tokens": 16}
     first = client.responses.create(input=QUESTIONS[0], **common)
     # The second turn streams, the third runs in the background: each is appended when it finishes.
     with client.responses.stream(input=QUESTIONS[1], **common) as stream:
@@ -79,7 +79,7 @@ def test_a_tool_call_chain_on_a_conversation(client: openai.OpenAI, model: str) 
         conversation={"id": conversation.id},
         tools=[WEATHER_TOOL],
         temperature=0,
-        max_output_tokens=32,
+        max_output_tokens=16,
     )
     assert answer.status in ("completed", "incomplete")
     kinds = [item.type for item in client.conversations.items.list(conversation.id, order="asc")]
@@ -87,9 +87,9 @@ def test_a_tool_call_chain_on_a_conversation(client: openai.OpenAI, model: str) 
 
 
 def test_references_and_compaction(client: openai.OpenAI, model: str) -> None:
-    first = client.responses.create(model=model, input="My name is Ada.", temperature=0, max_output_tokens=24)
+    first = client.responses.create(model=model, input="My name is Ada.", temperature=0, max_output_tokens=16)
     second = client.responses.create(
-        model=model, input="I live in Paris.", previous_response_id=first.id, temperature=0, max_output_tokens=24
+        model=model, input="I live in Paris.", previous_response_id=first.id, temperature=0, max_output_tokens=16
     )
     referenced = client.responses.create(
         model=model,
@@ -98,7 +98,7 @@ def test_references_and_compaction(client: openai.OpenAI, model: str) -> None:
             {"role": "user", "content": "Repeat your first answer."},
         ],
         temperature=0,
-        max_output_tokens=24,
+        max_output_tokens=16,
     )
     assert referenced.status in ("completed", "incomplete")
     with pytest.raises(openai.BadRequestError) as unknown:
@@ -113,7 +113,7 @@ def test_references_and_compaction(client: openai.OpenAI, model: str) -> None:
     # warnings=False: the SDK types these user messages as output messages (see test_compaction.py).
     history = [entry.model_dump(exclude_none=True, warnings=False) for entry in compacted.output]
     later = client.responses.create(
-        model=model, input=[*history, {"role": "user", "content": "What is my name?"}], max_output_tokens=24
+        model=model, input=[*history, {"role": "user", "content": "What is my name?"}], max_output_tokens=16
     )
     assert later.status in ("completed", "incomplete")
     forged = {**history[-1], "encrypted_content": item.encrypted_content[:-8] + "AAAAAAA="}
@@ -133,7 +133,7 @@ def test_automatic_compaction_streams_its_item_first(client: openai.OpenAI, mode
         input=long_history,
         context_management=[{"type": "compaction", "compact_threshold": 100}],
         temperature=0,
-        max_output_tokens=24,
+        max_output_tokens=16,
     ) as stream:
         events = [event.model_dump(warnings=False) for event in stream]
     final = client.responses.retrieve(assert_well_formed_stream(events)["id"])
