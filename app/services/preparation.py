@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
@@ -147,6 +148,52 @@ async def _render(
     )
 
 
+async def _prompt_of(
+    runtime: Runtime,
+    request: CreateResponseRequest,
+    tenant: str,
+    system: ChatMessage | None,
+    conversation: list[ChatMessage],
+    *,
+    compacted: Callable[[dict[str, Any]], tuple[ChatMessage | None, list[ChatMessage]]],
+    template_options: dict[str, Any] | None,
+    model: str,
+    affinity_key: str | None,
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """The prompt tokens, and the output items that lead the response (a compaction item, when the context
+    passed `context_management`'s threshold: the model summarised it first, and `compacted(summary)` is the
+    context that the summary replaces it with)."""
+    truncate = request.truncation == "auto"
+    threshold = (
+        compaction.compaction_threshold(request.context_management[0].compact_threshold, runtime.tokenizer.n_ctx)
+        if request.context_management
+        else None
+    )
+    prompt: list[int] | None = None
+    try:
+        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+    except ContextTooLong as error:
+        if threshold is None:
+            raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    if prompt is not None and (threshold is None or len(prompt) <= threshold):
+        return prompt, []
+    summary = await compaction.summarize(
+        runtime,
+        system=system,
+        messages=conversation,
+        template_options=template_options,
+        model=model,
+        affinity_key=affinity_key,
+    )
+    item = compaction_item(runtime.sealer, tenant, summary.text, model=model)
+    system, conversation = compacted(compaction.summary_as_read(item, summary.text))
+    try:
+        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+    except ContextTooLong as error:
+        raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    return prompt, [item]
+
+
 async def prepare_response(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> PreparedResponse:
     """Everything that can fail with a 400 happens here, before anything is stored or generated."""
     model = resolve_model(request.model, runtime.settings, runtime.model_id)
@@ -181,44 +228,22 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
         template_options["tools"] = [template_tool(function) for function in tools.functions]
     if not conversation:
         raise InvalidRequest("The input must contain at least one message.", param="input", code="invalid_value")
-    truncate = request.truncation == "auto"
-    options = template_options or None
     affinity_key = (
         request.prompt_cache_key
         or context.chain_root
         or (context.conversation.conversation_id if context.conversation else None)
     )
-    threshold = (
-        compaction.compaction_threshold(request.context_management[0].compact_threshold, runtime.tokenizer.n_ctx)
-        if request.context_management
-        else None
+    prompt, leading = await _prompt_of(
+        runtime,
+        request,
+        tenant,
+        system,
+        conversation,
+        compacted=lambda summary_item: context_of([*readable_items, summary_item]),
+        template_options=template_options or None,
+        model=model,
+        affinity_key=affinity_key,
     )
-    prompt: list[int] | None = None
-    try:
-        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=options)
-    except ContextTooLong as error:
-        if threshold is None:
-            raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
-    leading: list[dict[str, Any]] = []
-    if threshold is not None and (prompt is None or len(prompt) > threshold):
-        # Automatic compaction: the model summarises the context first; the summary replaces it (see
-        # generation.prompt.apply_compaction) and its compaction item leads this response's output.
-        summary = await compaction.summarize(
-            runtime,
-            system=system,
-            messages=conversation,
-            template_options=options,
-            model=model,
-            affinity_key=affinity_key,
-        )
-        item = compaction_item(runtime.sealer, tenant, summary.text, model=model)
-        leading = [item]
-        system, conversation = context_of([*readable_items, compaction.summary_as_read(item, summary.text)])
-        try:
-            prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=options)
-        except ContextTooLong as error:
-            raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
-    assert prompt is not None
     params = _params_of(request, runtime.settings)
     response = ResponseObject(
         **params.model_dump(),
