@@ -82,7 +82,7 @@ def build_context(
     return system, _messages(apply_compaction(items), reasoning_tags)
 
 
-def _is_user_message(item: dict[str, Any]) -> bool:
+def is_user_message(item: dict[str, Any]) -> bool:
     return item.get("type", "message") == "message" and item.get("role") == "user"
 
 
@@ -92,7 +92,7 @@ def apply_compaction(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     last = max((index for index, item in enumerate(items) if item.get("type") == COMPACTION_SUMMARY), default=None)
     if last is None:
         return list(items)
-    return [*(item for item in items[:last] if _is_user_message(item)), *items[last:]]
+    return [*(item for item in items[:last] if is_user_message(item)), *items[last:]]
 
 
 def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] | None) -> list[ChatMessage]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRequest, ServerError
-from app.generation.prompt import COMPACTION_SUMMARY, ChatMessage, Turn, build_context
+from app.generation.prompt import COMPACTION_SUMMARY, ChatMessage, Turn, build_context, is_user_message
 from app.generation.types import ContextTooLong, SamplingParams
 from app.ids import new_id
 from app.queue.base import GenerationJob
@@ -19,7 +19,7 @@ from app.runtime import Runtime
 from app.schemas.compaction import COMPACT_NOT_IMPLEMENTED, CompactedResponse, CompactRequest
 from app.schemas.responses import ResponseObject, Usage
 from app.services import submission
-from app.services.compaction_items import compaction_item, open_compactions
+from app.services.compaction_items import compaction_item, open_compactions, open_history
 from app.services.context import load_history
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
@@ -95,10 +95,6 @@ def summary_as_read(item: dict[str, Any], summary: str) -> dict[str, Any]:
     return {"type": COMPACTION_SUMMARY, "id": item["id"], "summary": summary}
 
 
-def _is_user_message(item: dict[str, Any]) -> bool:
-    return item.get("type", "message") == "message" and item.get("role") == "user"
-
-
 def _check_supported(request: CompactRequest) -> None:
     for field in COMPACT_NOT_IMPLEMENTED:
         if getattr(request, field) is not None:
@@ -126,13 +122,7 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
     if request.previous_response_id is not None:
         async with runtime.sessionmaker() as session:
             history, chain_root = await load_history(session, request.previous_response_id, tenant)
-    readable_history = [
-        Turn(
-            input_items=open_compactions(runtime.sealer, tenant, turn.input_items, lambda _: "previous_response_id"),
-            output_items=open_compactions(runtime.sealer, tenant, turn.output_items, lambda _: "previous_response_id"),
-        )
-        for turn in history
-    ]
+    readable_history = open_history(runtime.sealer, tenant, history, "previous_response_id")
     readable_items = open_compactions(runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content")
     system, messages = build_context(
         instructions=request.instructions,
@@ -151,7 +141,7 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
         affinity_key=request.prompt_cache_key or chain_root,
     )
     context = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + items
-    kept: list[Any] = [item for item in context if _is_user_message(item)]
+    kept: list[Any] = [item for item in context if is_user_message(item)]
     output = [*kept, compaction_item(runtime.sealer, tenant, summary.text, model=model)]
     return CompactedResponse.model_validate(
         {

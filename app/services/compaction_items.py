@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.errors import InvalidRequest
-from app.generation.prompt import COMPACTION_SUMMARY
+from app.generation.prompt import COMPACTION_SUMMARY, Turn
 from app.ids import new_id
 from app.services.sealing import ContentSealer, SealBroken
 
@@ -62,6 +62,18 @@ def open_compactions(
             raise broken_compaction(param_of(index)) from None
         opened.append({"type": COMPACTION_SUMMARY, "id": item.get("id"), "summary": summary})
     return opened
+
+
+def open_history(sealer: ContentSealer, tenant: str, history: Sequence[Turn], param: str) -> list[Turn]:
+    """Earlier turns as the model reads them; a compaction item there that does not open is a 400 naming
+    `param` (previous_response_id or conversation)."""
+    return [
+        Turn(
+            input_items=open_compactions(sealer, tenant, turn.input_items, lambda _: param),
+            output_items=open_compactions(sealer, tenant, turn.output_items, lambda _: param),
+        )
+        for turn in history
+    ]
 
 
 def check_compactions(sealer: ContentSealer, tenant: str, items: Sequence[dict[str, Any]], param: str) -> None:

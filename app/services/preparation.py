@@ -20,7 +20,7 @@ from app.runtime import Runtime
 from app.schemas.requests import CreateResponseRequest
 from app.schemas.responses import ConversationRef, ResponseObject, ResponseParams
 from app.services import compaction
-from app.services.compaction_items import compaction_item, open_compactions
+from app.services.compaction_items import compaction_item, open_compactions, open_history
 from app.services.context import ConversationTurn, check_call_outputs, load_conversation, load_history
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
@@ -111,13 +111,7 @@ class _Context:
     def readable(self, runtime: Runtime, tenant: str, items: list[dict[str, Any]]) -> tuple[list[Turn], list[Any]]:
         """History and items as the model reads them: compaction items opened (a 400 when one does not)."""
         where = "conversation" if self.conversation is not None else "previous_response_id"
-        history = [
-            Turn(
-                input_items=open_compactions(runtime.sealer, tenant, turn.input_items, lambda _: where),
-                output_items=open_compactions(runtime.sealer, tenant, turn.output_items, lambda _: where),
-            )
-            for turn in self.history
-        ]
+        history = open_history(runtime.sealer, tenant, self.history, where)
         return history, open_compactions(
             runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content"
         )
