@@ -77,6 +77,14 @@ class Settings(BaseSettings):
     strict_tools: bool = Field(
         False, description="Reject hosted tool types (web_search, ...) with a 400 instead of leaving them out."
     )
+    compaction_max_output_tokens: int = Field(
+        512, ge=16, description="Most tokens the model may write for a compaction summary."
+    )
+    secret_key: str | None = Field(
+        None,
+        description="Secret that encrypts compaction items; comma-separated to rotate (the first encrypts, all "
+        "decrypt). Default: a random key generated once and kept in the database.",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

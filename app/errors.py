@@ -55,6 +55,13 @@ class ServiceUnavailable(ApiError):
     error_type = "server_error"
 
 
+class ServerError(ApiError):
+    """500: our own fault, said in a sentence (never for bad input)."""
+
+    status_code = 500
+    error_type = "server_error"
+
+
 def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
 

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.api.routes import health, input_items, models, responses
+from app.api.routes import compaction, conversations, health, input_items, models, responses
 from app.config import Settings
 from app.db import migrations
 from app.db.session import create_engine, create_sessionmaker
@@ -19,6 +19,7 @@ from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
 from app.runtime import Runtime
 from app.services.recovery import fail_unfinished_responses
+from app.services.sealing import load_sealer
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ def create_app(
             sessionmaker=sessionmaker,
             tokenizer=tokenizer,
             queue=queue,
+            sealer=await load_sealer(settings, sessionmaker),
         )
         if settings.embedded:
             # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost.
@@ -92,7 +94,7 @@ def create_app(
     app = FastAPI(title="llama-responses", lifespan=lifespan)
     register_error_handlers(app)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, input_items, models):
+    for module in (compaction, responses, input_items, conversations, models):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)

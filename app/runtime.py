@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
+from app.services.sealing import ContentSealer
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,3 +21,5 @@ class Runtime:
     sessionmaker: async_sessionmaker[AsyncSession]
     tokenizer: PromptRenderer
     queue: GenerationQueue
+    #: Seals and opens compaction items (the same key on every node).
+    sealer: ContentSealer

@@ -17,6 +17,9 @@ from app.generation.tool_calls import (
 
 # NOTE: chat templates of small open models rarely know the `developer` role; it is a system message to them.
 TEMPLATE_ROLE = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+#: A compaction item as the model reads it: the services open its sealed content into `{type, id, summary}`.
+COMPACTION_SUMMARY = "compaction_summary"
+SUMMARY_HEADING = "Summary of the conversation so far:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,10 @@ def item_text(item: dict[str, Any]) -> str:
 
 def item_to_message(item: dict[str, Any]) -> ChatMessage:
     kind = item.get("type", "message")
+    if kind == COMPACTION_SUMMARY:
+        # NOTE: a user turn, as agents hand a summary on to the next model; `system` mid-conversation breaks
+        # many templates.
+        return ChatMessage("user", f"{SUMMARY_HEADING}\n{item['summary']}")
     if kind == "function_call":
         return ChatMessage("assistant", render_call(item["name"], item["arguments"]))
     if kind == "custom_tool_call":
@@ -72,7 +79,20 @@ def build_context(
     system_parts = [part for part in (instructions, tools_prompt(functions) if functions else None) if part]
     system = ChatMessage("system", "\n\n".join(system_parts)) if system_parts else None
     items = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + list(new_items)
-    return system, _messages(items, reasoning_tags)
+    return system, _messages(apply_compaction(items), reasoning_tags)
+
+
+def is_user_message(item: dict[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+def apply_compaction(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest compaction summary stands for everything before it but the user messages, which stay as
+    they were (what /v1/responses/compact returns: the user messages, then the compaction item)."""
+    last = max((index for index, item in enumerate(items) if item.get("type") == COMPACTION_SUMMARY), default=None)
+    if last is None:
+        return list(items)
+    return [*(item for item in items[:last] if is_user_message(item)), *items[last:]]
 
 
 def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] | None) -> list[ChatMessage]:

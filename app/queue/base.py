@@ -36,6 +36,12 @@ class GenerationJob:
     #: Jobs with the same key likely share a prompt prefix (prompt_cache_key, or the chain's first response):
     #: distributed mode sends them to the worker that ran the last one, whose cache holds that prefix.
     affinity_key: str | None = None
+    #: The conversation this response runs on: once it completes, `conversation_input` then its output are
+    #: appended to it in the commit of its final state (store: false included, hence the items travel along).
+    conversation_id: str | None = None
+    conversation_input: list[dict[str, Any]] = field(default_factory=list)
+    #: Output items that exist before the model speaks (a compaction item): sent first, kept first.
+    leading_items: list[dict[str, Any]] = field(default_factory=list)
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)

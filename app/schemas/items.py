@@ -149,6 +149,22 @@ class CustomToolCallOutputItem(BaseModel):
     output: str | list[dict[str, Any]]
 
 
+class ItemReference(BaseModel):
+    """A stored item named by id (an input or output item of a stored response, or a conversation item)."""
+
+    type: Literal["item_reference"] = "item_reference"
+    id: str = Field(min_length=1)
+
+
+class CompactionItem(BaseModel):
+    """What /v1/responses/compact (or automatic compaction) wrote: a summary only this server can read."""
+
+    type: Literal["compaction"] = "compaction"
+    id: str | None = None
+    encrypted_content: str = Field(min_length=1)
+    created_by: str | None = None
+
+
 ITEM_KINDS = {
     "message",
     "function_call",
@@ -156,6 +172,8 @@ ITEM_KINDS = {
     "reasoning",
     "custom_tool_call",
     "custom_tool_call_output",
+    "item_reference",
+    "compaction",
 }
 #: Item types that call a tool, and the ones that answer such a call (matched by call_id).
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -163,6 +181,8 @@ CALL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"
 
 
 def _item_kind(value: Any) -> str:
+    if isinstance(value, dict) and "type" not in value and "role" not in value and "id" in value:
+        return "item:item_reference"  # the SDK's ItemReference may leave out its type
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
     return f"item:{kind}" if kind in ITEM_KINDS else "item:unsupported"
 
@@ -174,6 +194,8 @@ InputItem = Annotated[
     | Annotated[ReasoningItem, Tag("item:reasoning")]
     | Annotated[CustomToolCallItem, Tag("item:custom_tool_call")]
     | Annotated[CustomToolCallOutputItem, Tag("item:custom_tool_call_output")]
+    | Annotated[ItemReference, Tag("item:item_reference")]
+    | Annotated[CompactionItem, Tag("item:compaction")]
     | Annotated[UnsupportedItem, Tag("item:unsupported")],
     Discriminator(_item_kind),
 ]
@@ -226,6 +248,10 @@ class StoredCustomToolCallOutput(CustomToolCallOutputItem):
     id: str
 
 
+class StoredCompaction(CompactionItem):
+    id: str
+
+
 def _stored_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     return f"item:{kind}"
@@ -238,6 +264,7 @@ Item = Annotated[
     | Annotated[StoredFunctionCallOutput, Tag("item:function_call_output")]
     | Annotated[StoredReasoning, Tag("item:reasoning")]
     | Annotated[StoredCustomToolCall, Tag("item:custom_tool_call")]
-    | Annotated[StoredCustomToolCallOutput, Tag("item:custom_tool_call_output")],
+    | Annotated[StoredCustomToolCallOutput, Tag("item:custom_tool_call_output")]
+    | Annotated[StoredCompaction, Tag("item:compaction")],
     Discriminator(_stored_kind),
 ]

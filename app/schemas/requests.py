@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from app.schemas.items import RequestInput
 
 METADATA_MAX_PAIRS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
+
+#: The SDK's ResponseIncludable: what `include` may name.
+Includable = Literal[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+]
 
 
 class TextFormat(BaseModel):
@@ -44,6 +56,37 @@ class ReasoningConfig(BaseModel):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    """The Responses API's bounds on `metadata` (shared by responses and conversations)."""
+    if value is None:
+        return value
+    if len(value) > METADATA_MAX_PAIRS:
+        raise ValueError(f"at most {METADATA_MAX_PAIRS} key-value pairs are allowed, got {len(value)}")
+    for key, item in value.items():
+        if len(key) > METADATA_MAX_KEY_CHARS:
+            raise ValueError(f"keys may be at most {METADATA_MAX_KEY_CHARS} characters ({key[:16]!r}...)")
+        if len(item) > METADATA_MAX_VALUE_CHARS:
+            raise ValueError(f"values may be at most {METADATA_MAX_VALUE_CHARS} characters (key {key!r})")
+    return value
+
+
+class ConversationParam(BaseModel):
+    id: str = Field(min_length=1)
+
+
+ConversationField = Annotated[
+    Annotated[str, Tag("kind:text")] | Annotated[ConversationParam, Tag("kind:object")],
+    Discriminator(lambda value: "kind:text" if isinstance(value, str) else "kind:object"),
+]
+
+
+class ContextManagement(BaseModel):
+    """`context_management: [{type: "compaction", compact_threshold}]`: compact once the context passes it."""
+
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(None, ge=1)
+
+
 class CreateResponseRequest(BaseModel):
     # NOTE: fields the API does not define are ignored (agents send extension fields such as Codex's
     # `client_metadata`); strict mode rejects them before this model is built.
@@ -75,10 +118,10 @@ class CreateResponseRequest(BaseModel):
     safety_identifier: str | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     background: bool | None = None
+    conversation: ConversationField | None = None
+    context_management: list[ContextManagement] | None = Field(None, max_length=1)
     # Defined by the API, not run by us yet: accepted here so that the service can name them in a 400.
-    conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
-    context_management: list[Any] | None = None
     background_options: dict[str, Any] | None = None
     moderation: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
@@ -88,23 +131,12 @@ class CreateResponseRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if len(value) > METADATA_MAX_PAIRS:
-            raise ValueError(f"at most {METADATA_MAX_PAIRS} key-value pairs are allowed, got {len(value)}")
-        for key, item in value.items():
-            if len(key) > METADATA_MAX_KEY_CHARS:
-                raise ValueError(f"keys may be at most {METADATA_MAX_KEY_CHARS} characters ({key[:16]!r}...)")
-            if len(item) > METADATA_MAX_VALUE_CHARS:
-                raise ValueError(f"values may be at most {METADATA_MAX_VALUE_CHARS} characters (key {key!r})")
-        return value
+        return check_metadata(value)
 
 
 #: Fields that the API defines but this server does not run yet; any value other than "off" is a 400.
 NOT_IMPLEMENTED_FIELDS: dict[str, object] = {
-    "conversation": None,
     "prompt": None,
-    "context_management": None,
     "background_options": None,
     "moderation": None,
     "image": None,

@@ -38,6 +38,12 @@ class IncompleteDetails(BaseModel):
     reason: Literal["max_output_tokens", "content_filter"]
 
 
+class ConversationRef(BaseModel):
+    """The conversation a response belongs to (the SDK's `Response.conversation`)."""
+
+    id: str
+
+
 class ResponseParams(BaseModel):
     """What a request asked for, echoed on its Response; chained requests do not inherit any of it."""
 
@@ -52,6 +58,7 @@ class ResponseParams(BaseModel):
     service_tier: str = "default"
     store: bool = True
     background: bool = False
+    conversation: ConversationRef | None = None
     temperature: float = 1.0
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: str | dict[str, Any] = "auto"

@@ -8,6 +8,9 @@ functions are offered). Text that may be the start of a tag is held back until i
 from __future__ import annotations
 
 import base64
+from typing import Any
+
+from pydantic import TypeAdapter
 
 from app.generation.tool_calls import CALL_OPEN, held_back, parse_calls
 from app.generation.types import Finish
@@ -45,6 +48,7 @@ from app.schemas.responses import (
     Usage,
 )
 
+STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}
 
 
@@ -63,12 +67,15 @@ class ResponseAssembler:
         *,
         custom_tools: set[str] | None = None,
         encrypted_reasoning: bool = False,
+        leading_items: list[dict[str, Any]] | None = None,
     ) -> None:
         self.response = response
         self._functions = functions or {}
         self._custom_tools = custom_tools or set()
         self._tags = reasoning_tags
         self._encrypted_reasoning = encrypted_reasoning
+        #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
+        self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
         self._sequence = 0
         self._raw = ""  # everything the model said
         self._phase = "undecided" if reasoning_tags else "answer"
@@ -90,7 +97,15 @@ class ResponseAssembler:
         return ResponseLifecycleEvent(type=f"response.{kind}", sequence_number=self._next(), response=snapshot)
 
     def start(self) -> list[ResponseEvent]:
-        return [self._lifecycle("created"), self._lifecycle("in_progress")]
+        events: list[ResponseEvent] = [self._lifecycle("created"), self._lifecycle("in_progress")]
+        for index, item in enumerate(self._leading):
+            for kind in ("response.output_item.added", "response.output_item.done"):
+                events.append(OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item))
+        return events
+
+    @property
+    def _reasoning_index(self) -> int:
+        return len(self._leading)
 
     # Reasoning -----------------------------------------------------------------------------------------
 
@@ -107,7 +122,7 @@ class ResponseAssembler:
                 OutputItemEvent(
                     type="response.output_item.added",
                     sequence_number=self._next(),
-                    output_index=0,
+                    output_index=self._reasoning_index,
                     item=self._reasoning.model_copy(deep=True),
                 )
             ]
@@ -123,7 +138,11 @@ class ResponseAssembler:
         self._reasoning_sent = upto
         return [
             ReasoningTextDeltaEvent(
-                sequence_number=self._next(), item_id=self._reasoning.id, output_index=0, content_index=0, delta=delta
+                sequence_number=self._next(),
+                item_id=self._reasoning.id,
+                output_index=self._reasoning_index,
+                content_index=0,
+                delta=delta,
             )
         ]
 
@@ -136,10 +155,17 @@ class ResponseAssembler:
         )
         return [
             ReasoningTextDoneEvent(
-                sequence_number=self._next(), item_id=self._reasoning.id, output_index=0, content_index=0, text=text
+                sequence_number=self._next(),
+                item_id=self._reasoning.id,
+                output_index=self._reasoning_index,
+                content_index=0,
+                text=text,
             ),
             OutputItemEvent(
-                type="response.output_item.done", sequence_number=self._next(), output_index=0, item=self._reasoning
+                type="response.output_item.done",
+                sequence_number=self._next(),
+                output_index=self._reasoning_index,
+                item=self._reasoning,
             ),
         ]
 
@@ -158,7 +184,7 @@ class ResponseAssembler:
 
     @property
     def _message_index(self) -> int:
-        return 1 if self._reasoning is not None else 0
+        return self._reasoning_index + (1 if self._reasoning is not None else 0)
 
     def _part_event(self, kind: str, message: MessageItem, part: OutputText) -> ContentPartEvent:
         return ContentPartEvent(
@@ -338,11 +364,11 @@ class ResponseAssembler:
             events += self._open_message()
         if self._message is not None:
             events += self._close_message(status)
-        first_call = (1 if self._reasoning else 0) + (1 if self._message is not None else 0)
+        first_call = self._message_index + (1 if self._message is not None else 0)
         for offset, call in enumerate(calls):
             events += self._call_events(call, first_call + offset)
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
-        self.response.output = [*finished, *calls]
+        self.response.output = [*self._leading, *finished, *calls]
         self.response.status = status  # type: ignore[assignment]
         self.response.usage = Usage(
             input_tokens=finish.prompt_tokens,
@@ -371,6 +397,6 @@ class ResponseAssembler:
         if self._message is not None:
             part = OutputText(type="output_text", text=self._raw[self._answer_from : self._sent])
             output.append(self._message.model_copy(update={"content": [part], "status": "incomplete"}))
-        self.response.output = list(output)
+        self.response.output = [*self._leading, *output]
         error = ErrorEvent(sequence_number=self._next(), code=code, message=message)
         return [error, self._lifecycle("failed")]

@@ -24,6 +24,7 @@ from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
 from app.services.assembly import ResponseAssembler
+from app.services.finished_items import record_final_items
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class JobExecution:
             job.reasoning_tags,
             custom_tools=set(job.custom_tools),
             encrypted_reasoning=job.encrypted_reasoning,
+            leading_items=job.leading_items,
         )
 
     async def _claim(self) -> bool:
@@ -61,10 +63,13 @@ class JobExecution:
             async with self.sessionmaker() as session, session.begin():
                 if self.job.keep_events:
                     await repository.insert_events(session, self.job.response_id, payloads)
-                if final is not None:
-                    await repository.transition(
+                if final is not None and (
+                    not self.job.store
+                    or await repository.transition(
                         session, final.id, from_statuses=("queued", "in_progress"), values=final_values(final)
                     )
+                ):
+                    await record_final_items(session, self.job, final)
         for payload in payloads:
             await self.bus.publish(self.job.response_id, payload)
 
@@ -81,7 +86,8 @@ class JobExecution:
             events = self.assembler.fail(output.message)
         else:
             events = self.assembler.finish(output, completed_at=int(time.time()))
-        await self._emit(events, final=self.assembler.response if self.job.store else None)
+        keeps_state = self.job.store or self.job.conversation_id is not None
+        await self._emit(events, final=self.assembler.response if keeps_state else None)
 
     async def run(self, runner: ModelRunner) -> None:
         if not await self._claim():

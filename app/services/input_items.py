@@ -16,6 +16,15 @@ MAX_PAGE_LIMIT = 100
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 
 
+def check_page_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise InvalidRequest(
+            f"Invalid 'limit': {limit}. It must be between 1 and {MAX_PAGE_LIMIT}.",
+            param="limit",
+            code="invalid_value",
+        )
+
+
 async def list_input_items(
     session: AsyncSession,
     response_id: str,
@@ -25,12 +34,7 @@ async def list_input_items(
     order: Literal["asc", "desc"],
     after: str | None,
 ) -> InputItemList:
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise InvalidRequest(
-            f"Invalid 'limit': {limit}. It must be between 1 and {MAX_PAGE_LIMIT}.",
-            param="limit",
-            code="invalid_value",
-        )
+    check_page_limit(limit)
     if await repository.get_response(session, response_id, tenant) is None:
         raise response_not_found(response_id)
     after_position = None

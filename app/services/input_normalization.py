@@ -7,6 +7,7 @@ from typing import Any
 from app.errors import InvalidRequest
 from app.ids import new_id
 from app.schemas.items import (
+    CompactionItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,
@@ -14,10 +15,12 @@ from app.schemas.items import (
     InputMessage,
     InputText,
     Item,
+    ItemReference,
     MessageItem,
     OutputText,
     ReasoningItem,
     Refusal,
+    StoredCompaction,
     StoredCustomToolCall,
     StoredCustomToolCallOutput,
     StoredFunctionCall,
@@ -57,7 +60,10 @@ def _message_parts(message: InputMessage, param: str) -> list[InputText | Output
 
 
 def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
-    """The request's input as stored items, each with an id, in order."""
+    """The request's input as stored items, each with an id, in order.
+
+    An item_reference stays `{type: "item_reference", id}` here; services.item_references resolves it.
+    """
     if isinstance(request_input, str):
         request_input = [InputMessage(role="user", content=request_input)]
     items: list[dict[str, Any]] = []
@@ -69,8 +75,13 @@ def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
                 param=f"{param}.type",
                 code="unsupported_item_type",
             )
+        if isinstance(entry, ItemReference):
+            items.append({"type": "item_reference", "id": entry.id})
+            continue
         item: Item
-        if isinstance(entry, CustomToolCallItem):
+        if isinstance(entry, CompactionItem):
+            item = StoredCompaction(**{**entry.model_dump(exclude_none=True), "id": entry.id or new_id("cmp")})
+        elif isinstance(entry, CustomToolCallItem):
             item = StoredCustomToolCall(**{**entry.model_dump(), "id": entry.id or new_id("ctc")})
         elif isinstance(entry, CustomToolCallOutputItem):
             item = StoredCustomToolCallOutput(**{**entry.model_dump(), "id": entry.id or new_id("ctco")})
@@ -89,7 +100,6 @@ def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
                 content=_message_parts(entry, param),
                 status=entry.status or "completed",
             )
-        items.append(
-            item.model_dump(mode="json", exclude_none=isinstance(item, StoredFunctionCall | StoredCustomToolCall))
-        )
+        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction)
+        items.append(item.model_dump(mode="json", exclude_none=exclude_none))
     return items

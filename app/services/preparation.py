@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
-from app.generation.prompt import Turn, build_context
-from app.generation.tool_calls import template_tool
+from app.generation.prompt import ChatMessage, Turn, build_context
+from app.generation.tool_calls import FunctionSpec, template_tool
 from app.generation.types import ContextTooLong, SamplingParams
 from app.ids import new_id
 from app.queue.base import GenerationJob
 from app.runtime import Runtime
 from app.schemas.requests import CreateResponseRequest
-from app.schemas.responses import ResponseObject, ResponseParams
-from app.services.context import check_call_outputs, load_history
+from app.schemas.responses import ConversationRef, ResponseObject, ResponseParams
+from app.services import compaction
+from app.services.compaction_items import compaction_item, open_compactions, open_history
+from app.services.context import ConversationTurn, check_call_outputs, load_conversation, load_history
 from app.services.input_normalization import normalize_input
+from app.services.item_references import resolve_references
 from app.services.tools import resolve_tools
 from app.services.validation import resolve_model
 
@@ -39,6 +43,7 @@ def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponsePa
         safety_identifier=request.safety_identifier,
         store=request.store is not False,
         background=bool(request.background),
+        conversation=ConversationRef(id=conversation_id_of(request)) if request.conversation is not None else None,
         temperature=request.temperature if request.temperature is not None else settings.default_temperature,
         top_p=request.top_p if request.top_p is not None else DEFAULT_TOP_P,
         text=request.text.model_dump(exclude_none=True, by_alias=True)
@@ -49,6 +54,12 @@ def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponsePa
         truncation=request.truncation or "disabled",
         user=request.user,
     )
+
+
+def conversation_id_of(request: CreateResponseRequest) -> str:
+    conversation = request.conversation
+    assert conversation is not None
+    return conversation if isinstance(conversation, str) else conversation.id
 
 
 def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
@@ -68,6 +79,7 @@ class PreparedResponse:
         job: GenerationJob,
         stream: bool,
         ignored_tools: list[str],
+        conversation: ConversationTurn | None = None,
     ) -> None:
         self.response = response
         self.items = items
@@ -75,31 +87,133 @@ class PreparedResponse:
         self.stream = stream
         #: Hosted tool types the request sent that cannot run here (named in a response header).
         self.ignored_tools = ignored_tools
+        #: The conversation it runs on, as read: submission claims it (or finds it changed).
+        self.conversation = conversation
+
+
+class _Context:
+    """What the model reads before generating: its history, this request's items, and where they came from."""
+
+    def __init__(self) -> None:
+        self.history: list[Turn] = []
+        self.chain_root: str | None = None
+        self.conversation: ConversationTurn | None = None
+
+    async def load(self, runtime: Runtime, request: CreateResponseRequest, tenant: str) -> None:
+        if request.previous_response_id is None and request.conversation is None:
+            return  # the stateless path touches no database
+        async with runtime.sessionmaker() as session:
+            if request.previous_response_id is not None:
+                self.history, self.chain_root = await load_history(session, request.previous_response_id, tenant)
+            else:
+                self.history, self.conversation = await load_conversation(session, conversation_id_of(request), tenant)
+
+    def readable(self, runtime: Runtime, tenant: str, items: list[dict[str, Any]]) -> tuple[list[Turn], list[Any]]:
+        """History and items as the model reads them: compaction items opened (a 400 when one does not)."""
+        where = "conversation" if self.conversation is not None else "previous_response_id"
+        history = open_history(runtime.sealer, tenant, self.history, where)
+        return history, open_compactions(
+            runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content"
+        )
+
+
+def _check_combination(request: CreateResponseRequest) -> None:
+    if request.background and request.store is False:
+        raise InvalidRequest("background requires store to be true.", param="background", code="invalid_value")
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidRequest(
+            "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or "
+            "'conversation'.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
+
+
+async def _render(
+    runtime: Runtime,
+    system: ChatMessage | None,
+    messages: list[ChatMessage],
+    *,
+    truncate: bool,
+    template_options: dict[str, Any] | None,
+) -> list[int]:
+    return await asyncio.to_thread(
+        runtime.tokenizer.render_within_context, system, messages, truncate=truncate, template_options=template_options
+    )
+
+
+async def _prompt_of(
+    runtime: Runtime,
+    request: CreateResponseRequest,
+    tenant: str,
+    system: ChatMessage | None,
+    conversation: list[ChatMessage],
+    *,
+    compacted: Callable[[dict[str, Any]], tuple[ChatMessage | None, list[ChatMessage]]],
+    template_options: dict[str, Any] | None,
+    model: str,
+    affinity_key: str | None,
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """The prompt tokens, and the output items that lead the response (a compaction item, when the context
+    passed `context_management`'s threshold: the model summarised it first, and `compacted(summary)` is the
+    context that the summary replaces it with)."""
+    truncate = request.truncation == "auto"
+    threshold = (
+        compaction.compaction_threshold(request.context_management[0].compact_threshold, runtime.tokenizer.n_ctx)
+        if request.context_management
+        else None
+    )
+    prompt: list[int] | None = None
+    try:
+        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+    except ContextTooLong as error:
+        if threshold is None:
+            raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    if prompt is not None and (threshold is None or len(prompt) <= threshold):
+        return prompt, []
+    summary = await compaction.summarize(
+        runtime,
+        system=system,
+        messages=conversation,
+        template_options=template_options,
+        model=model,
+        affinity_key=affinity_key,
+    )
+    item = compaction_item(runtime.sealer, tenant, summary.text, model=model)
+    system, conversation = compacted(compaction.summary_as_read(item, summary.text))
+    try:
+        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+    except ContextTooLong as error:
+        raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    return prompt, [item]
 
 
 async def prepare_response(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> PreparedResponse:
     """Everything that can fail with a 400 happens here, before anything is stored or generated."""
     model = resolve_model(request.model, runtime.settings, runtime.model_id)
-    if request.background and request.store is False:
-        raise InvalidRequest("background requires store to be true.", param="background", code="invalid_value")
+    _check_combination(request)
     tools = resolve_tools(request.tools, request.tool_choice, strict=runtime.settings.strict_tools)
     items = normalize_input(request.input)
-    history: list[Turn] = []
-    chain_root: str | None = None
-    if request.previous_response_id is not None:
-        async with runtime.sessionmaker() as session:
-            history, chain_root = await load_history(session, request.previous_response_id, tenant)
-    check_call_outputs(history, items)
+    await resolve_references(runtime, items, tenant, param="input")
+    context = _Context()
+    await context.load(runtime, request, tenant)
+    check_call_outputs(context.history, items)
+    history, readable_items = context.readable(runtime, tenant, items)
     reasoning_tags = runtime.tokenizer.reasoning_tags
     # A template with tool support shows the tools its own way; otherwise the system prompt offers them.
     native_tools = runtime.tokenizer.supports_tools and bool(tools.functions)
-    system, conversation = build_context(
-        instructions=request.instructions,
-        history=history,
-        new_items=items,
-        functions=() if native_tools else tools.functions,
-        reasoning_tags=reasoning_tags,
-    )
+    offered: list[FunctionSpec] = [] if native_tools else tools.functions
+
+    def context_of(new_items: list[dict[str, Any]]) -> tuple[ChatMessage | None, list[ChatMessage]]:
+        return build_context(
+            instructions=request.instructions,
+            history=history,
+            new_items=new_items,
+            functions=offered,
+            reasoning_tags=reasoning_tags,
+        )
+
+    system, conversation = context_of(readable_items)
     # Templates read the variables they understand and ignore the others.
     template_options: dict[str, Any] = {}
     if request.reasoning and request.reasoning.effort:
@@ -108,16 +222,22 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
         template_options["tools"] = [template_tool(function) for function in tools.functions]
     if not conversation:
         raise InvalidRequest("The input must contain at least one message.", param="input", code="invalid_value")
-    try:
-        prompt = await asyncio.to_thread(
-            runtime.tokenizer.render_within_context,
-            system,
-            conversation,
-            truncate=request.truncation == "auto",
-            template_options=template_options or None,
-        )
-    except ContextTooLong as error:
-        raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    affinity_key = (
+        request.prompt_cache_key
+        or context.chain_root
+        or (context.conversation.conversation_id if context.conversation else None)
+    )
+    prompt, leading = await _prompt_of(
+        runtime,
+        request,
+        tenant,
+        system,
+        conversation,
+        compacted=lambda summary_item: context_of([*readable_items, summary_item]),
+        template_options=template_options or None,
+        model=model,
+        affinity_key=affinity_key,
+    )
     params = _params_of(request, runtime.settings)
     response = ResponseObject(
         **params.model_dump(),
@@ -143,6 +263,16 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=reasoning_tags,
         encrypted_reasoning="reasoning.encrypted_content" in (request.include or []),
-        affinity_key=request.prompt_cache_key or chain_root or response.id,
+        affinity_key=affinity_key or response.id,
+        conversation_id=context.conversation.conversation_id if context.conversation else None,
+        conversation_input=items if context.conversation else [],
+        leading_items=leading,
     )
-    return PreparedResponse(response, items, job, stream=bool(request.stream), ignored_tools=tools.ignored)
+    return PreparedResponse(
+        response,
+        items,
+        job,
+        stream=bool(request.stream),
+        ignored_tools=tools.ignored,
+        conversation=context.conversation,
+    )

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from typing import TypeVar, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
 from app.errors import InvalidRequest, validation_error
-from app.schemas.requests import KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
+from app.schemas.requests import KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest, Includable
+
+Body = TypeVar("Body", bound=BaseModel)
+INCLUDABLE = frozenset(get_args(Includable))
 
 
-def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
-    """The body as a CreateResponseRequest, or a 400 that names what is wrong."""
+def parse_body(body: bytes, model: type[Body], settings: Settings, *, known: Collection[str] | None = None) -> Body:
+    """A JSON body as `model`, or a 400 that names what is wrong (strict mode: fields not in `known`, by default
+    the model's, too)."""
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -23,15 +29,32 @@ def parse_create_request(body: bytes, settings: Settings) -> CreateResponseReque
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
     if settings.strict_params:
-        unknown = sorted(set(payload) - KNOWN_FIELDS)
+        unknown = sorted(set(payload) - set(model.model_fields if known is None else known))
         if unknown:
             raise InvalidRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0], code="unknown_parameter")
     try:
-        request = CreateResponseRequest.model_validate(payload)
+        return model.model_validate(payload)
     except ValidationError as error:
         raise validation_error(list(error.errors())) from None
+
+
+def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
+    """The body as a CreateResponseRequest, or a 400 that names what is wrong."""
+    request = parse_body(body, CreateResponseRequest, settings, known=KNOWN_FIELDS)
     check_supported(request)
     return request
+
+
+def check_includes(*includes: list[str] | None) -> None:
+    """`include` values (sent as include= or include[]=) must be ones the API defines."""
+    for values in includes:
+        for value in values or []:
+            if value not in INCLUDABLE:
+                raise InvalidRequest(
+                    f"Invalid value for 'include': '{value}' is not one of {sorted(INCLUDABLE)}.",
+                    param="include",
+                    code="invalid_value",
+                )
 
 
 def _not_supported(param: str, what: str) -> InvalidRequest:

@@ -28,7 +28,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 @pytest.fixture(scope="session")
 def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    process = ServerProcess({"RESPONSES_DATABASE_URL": database_url}, log).start()
+    # Short compaction summaries: the shipped model would otherwise write hundreds of tokens for each.
+    env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS": "48"}
+    process = ServerProcess(env, log).start()
     yield process
     process.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -13,6 +14,7 @@ import httpx
 import openai
 import pytest
 import redis
+from openai.types.responses.response_input_item_param import ItemReference
 
 from tests.fixtures.databases import count_responses, fresh_postgres_database
 from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
@@ -59,6 +61,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with fresh_postgres_database() as database_url:
         env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
         assert run_cli(["migrate"], env).returncode == 0
+        env["RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS"] = "48"  # the shipped model's summaries are long
         worker = ServerProcess(env, logs / "worker.log", command=["worker"]).start()
         api_a = ServerProcess(env, logs / "api_a.log").start()
         api_b = ServerProcess(env, logs / "api_b.log").start()
@@ -202,6 +205,38 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
         for worker in workers:
             worker.stop()
         cluster.worker = cluster.new_worker("worker-after-affinity")
+
+
+def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> None:
+    wait_until_ready(cluster.api_a.base_url)  # an earlier test may have just replaced the worker
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    model = model_of(a)
+    conversation = a.conversations.create(items=[{"role": "user", "content": "Let us talk about fruit."}])
+    turns = [
+        node.responses.create(
+            model=model, input=question, conversation=conversation.id, temperature=0, max_output_tokens=16
+        )
+        for node, question in ((a, "Name a fruit."), (b, "What colour is it?"), (a, "Where does it grow?"))
+    ]
+    for previous, turn in itertools.pairwise(turns):
+        assert previous.usage is not None and turn.usage is not None
+        # The conversation is the affinity key: each turn goes back to the worker holding its prefix.
+        assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens
+    with redis.Redis.from_url(cluster.redis_url) as connection:
+        assert connection.get(f"llama-responses:affinity:{conversation.id}") is not None
+    items = list(b.conversations.items.list(conversation.id, order="asc"))
+    assert len(items) == 7 and items[-1].id == turns[-1].output[0].id
+
+    # Compaction runs on the worker; the item one node seals, another opens (one key, kept in the database).
+    compacted = b.responses.compact(
+        model=model, input=[ItemReference(type="item_reference", id=str(item.id)) for item in items]
+    )
+    assert compacted.output[-1].type == "compaction" and len(compacted.output) == 5
+    history = [entry.model_dump(exclude_none=True, warnings=False) for entry in compacted.output]
+    later = a.responses.create(
+        model=model, input=[*history, {"role": "user", "content": "Which fruit?"}], max_output_tokens=16
+    )
+    assert later.status in ("completed", "incomplete")
 
 
 def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tmp_path: Path) -> None:

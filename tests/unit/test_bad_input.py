@@ -39,7 +39,15 @@ FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "o
         ({"input": "x", "metadata": {"k": 1}}, "metadata.k", "invalid_value"),
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "invalid_value"),
         ({"input": [{"role": "user"}]}, "input[0].content", "missing_required_parameter"),
-        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "unsupported_item_type"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id", "item_not_found"),
+        ({"input": ["x", {"id": "msg_1"}]}, "input[0]", None),
+        ({"input": [{"role": "user", "content": "x"}, {"id": "msg_1"}]}, "input[1].id", "item_not_found"),
+        ({"input": [{"type": "compaction"}]}, "input[0].encrypted_content", "missing_required_parameter"),
+        (
+            {"input": [{"type": "compaction", "encrypted_content": "bm90IG91cnM="}]},
+            "input[0].encrypted_content",
+            "invalid_encrypted_content",
+        ),
         ({"input": [{"type": "teleport"}]}, "input[0].type", "unsupported_item_type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
@@ -57,7 +65,19 @@ FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "o
             "invalid_value",
         ),
         ({"input": "x", "background": True, "store": False}, "background", "invalid_value"),
-        ({"input": "x", "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
+        (
+            {"input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"},
+            "conversation",
+            "mutually_exclusive_parameters",
+        ),
+        ({"input": "x", "conversation": {}}, "conversation.id", "missing_required_parameter"),
+        ({"input": "x", "conversation": 7}, "conversation", "invalid_value"),
+        ({"input": "x", "context_management": [{"type": "truncation"}]}, "context_management[0].type", "invalid_value"),
+        (
+            {"input": "x", "context_management": [{"type": "compaction", "compact_threshold": 0}]},
+            "context_management[0].compact_threshold",
+            "invalid_value",
+        ),
         (
             {"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {"type": "nope"}}]},
             "tools[0].parameters",

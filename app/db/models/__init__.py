@@ -1,7 +1,19 @@
 """ORM models, one table a module; importing this package registers them all on Base.metadata."""
 
+from app.db.models.conversation import ConversationRow
+from app.db.models.conversation_item import ConversationItemRow
 from app.db.models.input_item import InputItemRow
+from app.db.models.output_item import OutputItemRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
+from app.db.models.server_secret import ServerSecretRow
 
-__all__ = ["InputItemRow", "ResponseEventRow", "ResponseRow"]
+__all__ = [
+    "ConversationItemRow",
+    "ConversationRow",
+    "InputItemRow",
+    "OutputItemRow",
+    "ResponseEventRow",
+    "ResponseRow",
+    "ServerSecretRow",
+]

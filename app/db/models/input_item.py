@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base
@@ -20,3 +20,6 @@ class InputItemRow(Base):
     # NOTE: not unique on its own: a stateless client may send the same item (with its id) in many requests.
     item_id: Mapped[str] = mapped_column(String(64))
     item: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    #: item_reference finds input items by id.
+    __table_args__ = (Index("ix_input_items_item_id", "item_id"),)

@@ -1,0 +1,98 @@
+"""/v1/conversations and their items: parse, call one service function, reply."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from app.api.deps import RuntimeDep, SessionDep, TenantDep
+from app.schemas.conversations import (
+    ConversationCreateRequest,
+    ConversationItemList,
+    ConversationObject,
+    ConversationUpdateRequest,
+    DeletedConversation,
+    ItemsCreateRequest,
+)
+from app.services import conversations as service
+from app.services.validation import check_includes, parse_body
+
+router = APIRouter()
+
+IncludeQuery = Annotated[list[str] | None, Query()]
+IncludeBracketsQuery = Annotated[list[str] | None, Query(alias="include[]")]
+
+
+@router.post("/conversations")
+async def create_conversation(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> ConversationObject:
+    # Every field is optional: an empty body is an empty conversation.
+    body = parse_body(await request.body() or b"{}", ConversationCreateRequest, runtime.settings)
+    return await service.create_conversation(runtime, tenant, items=body.items, metadata=body.metadata)
+
+
+@router.get("/conversations/{conversation_id}")
+async def get_conversation(conversation_id: str, session: SessionDep, tenant: TenantDep) -> ConversationObject:
+    return await service.get_conversation(session, conversation_id, tenant)
+
+
+@router.post("/conversations/{conversation_id}")
+async def update_conversation(
+    conversation_id: str, request: Request, runtime: RuntimeDep, session: SessionDep, tenant: TenantDep
+) -> ConversationObject:
+    body = parse_body(await request.body(), ConversationUpdateRequest, runtime.settings)
+    return await service.update_conversation(session, conversation_id, tenant, body.metadata)
+
+
+@router.delete("/conversations/{conversation_id}")
+async def delete_conversation(conversation_id: str, session: SessionDep, tenant: TenantDep) -> DeletedConversation:
+    return await service.delete_conversation(session, conversation_id, tenant)
+
+
+@router.post("/conversations/{conversation_id}/items")
+async def add_items(
+    conversation_id: str,
+    request: Request,
+    runtime: RuntimeDep,
+    tenant: TenantDep,
+    include: IncludeQuery = None,
+    include_brackets: IncludeBracketsQuery = None,
+) -> ConversationItemList:
+    check_includes(include, include_brackets)
+    body = parse_body(await request.body(), ItemsCreateRequest, runtime.settings)
+    return await service.add_items(runtime, conversation_id, tenant, body.items)
+
+
+@router.get("/conversations/{conversation_id}/items")
+async def list_items(
+    conversation_id: str,
+    session: SessionDep,
+    tenant: TenantDep,
+    limit: int = 20,
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+    include: IncludeQuery = None,
+    include_brackets: IncludeBracketsQuery = None,
+) -> ConversationItemList:
+    check_includes(include, include_brackets)
+    return await service.list_items(session, conversation_id, tenant, limit=limit, order=order, after=after)
+
+
+@router.get("/conversations/{conversation_id}/items/{item_id}", response_model=None)
+async def get_item(
+    conversation_id: str,
+    item_id: str,
+    session: SessionDep,
+    tenant: TenantDep,
+    include: IncludeQuery = None,
+    include_brackets: IncludeBracketsQuery = None,
+) -> Response:
+    check_includes(include, include_brackets)
+    item = await service.get_item(session, conversation_id, item_id, tenant)
+    return Response(item.model_dump_json(), media_type="application/json")
+
+
+@router.delete("/conversations/{conversation_id}/items/{item_id}")
+async def delete_item(conversation_id: str, item_id: str, session: SessionDep, tenant: TenantDep) -> ConversationObject:
+    return await service.delete_item(session, conversation_id, item_id, tenant)
