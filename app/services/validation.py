@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import ValidationError
 
 from app.config import Settings
 from app.errors import InvalidRequest, validation_error
-from app.schemas.requests import KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
+from app.schemas.requests import COUNT_FIELDS, KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
 
 
-def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
-    """The body as a CreateResponseRequest, or a 400 that names what is wrong."""
+def parse_json_object(body: bytes | str) -> dict[str, Any]:
+    """The body as a JSON object, or a 400."""
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -22,16 +23,42 @@ def parse_create_request(body: bytes, settings: Settings) -> CreateResponseReque
         ) from None
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return payload
+
+
+def _check_known(payload: dict[str, Any], known: frozenset[str], settings: Settings) -> None:
     if settings.strict_params:
-        unknown = sorted(set(payload) - KNOWN_FIELDS)
+        unknown = sorted(set(payload) - known)
         if unknown:
             raise InvalidRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0], code="unknown_parameter")
+
+
+def parse_create_payload(payload: dict[str, Any], settings: Settings) -> CreateResponseRequest:
+    """A create request's fields as a CreateResponseRequest, or a 400 that names what is wrong."""
+    _check_known(payload, KNOWN_FIELDS, settings)
     try:
         request = CreateResponseRequest.model_validate(payload)
     except ValidationError as error:
         raise validation_error(list(error.errors())) from None
     check_supported(request)
     return request
+
+
+def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
+    """The body of POST /v1/responses as a CreateResponseRequest, or a 400 that names what is wrong."""
+    return parse_create_payload(parse_json_object(body), settings)
+
+
+def parse_count_request(body: bytes, settings: Settings) -> CreateResponseRequest:
+    """The body of POST /v1/responses/input_tokens: the create fields that shape the prompt (input optional)."""
+    payload = parse_json_object(body)
+    _check_known(payload, COUNT_FIELDS, settings)
+    if payload.get("personality") is not None:
+        raise _not_supported("personality", "'personality'")
+    shaping = {key: value for key, value in payload.items() if key in COUNT_FIELDS and key != "personality"}
+    if shaping.get("input") is None:
+        shaping["input"] = []
+    return parse_create_payload(shaping, settings)
 
 
 def _not_supported(param: str, what: str) -> InvalidRequest:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import SessionDep, TenantDep
 from app.schemas.responses import InputItemList
+from app.services.includes import parse_includes
 from app.services.input_items import list_input_items
 
 router = APIRouter()
@@ -24,6 +25,7 @@ async def get_input_items(
     include: Annotated[list[str] | None, Query()] = None,
     include_brackets: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> InputItemList:
-    # `include` only matters for item types we do not store yet (reasoning, tool outputs); accepted either way.
-    del include, include_brackets
-    return await list_input_items(session, response_id, tenant, limit=limit, order=order, after=after)
+    includes = parse_includes([*(include or []), *(include_brackets or [])])
+    return await list_input_items(
+        session, response_id, tenant, limit=limit, order=order, after=after, includes=includes
+    )

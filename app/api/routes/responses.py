@@ -12,6 +12,7 @@ from app.api.sse import EventStreamResponse
 from app.schemas.responses import DeletedResponse, ResponseObject
 from app.services import cancellation, preparation, submission
 from app.services import responses as service
+from app.services.includes import parse_includes
 from app.services.validation import parse_create_request
 
 router = APIRouter()
@@ -38,10 +39,13 @@ async def get_response(
     tenant: TenantDep,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=-1)] = None,
+    include: Annotated[list[str] | None, Query()] = None,
+    include_brackets: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> ResponseObject | EventStreamResponse:
+    includes = parse_includes([*(include or []), *(include_brackets or [])])
     if stream:
         return EventStreamResponse(await service.stream_stored_response(runtime, response_id, tenant, starting_after))
-    return await service.get_response(session, response_id, tenant)
+    return await service.get_response(session, response_id, tenant, includes=includes)
 
 
 @router.delete("/responses/{response_id}")
