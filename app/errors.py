@@ -50,6 +50,13 @@ class NotFound(ApiError):
     status_code = 404
 
 
+class ServerError(ApiError):
+    """500: our own fault (where a handler cannot reach the HTTP error handlers, as in WebSocket mode)."""
+
+    status_code = 500
+    error_type = "server_error"
+
+
 class ServiceUnavailable(ApiError):
     status_code = 503
     error_type = "server_error"

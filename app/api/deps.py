@@ -46,10 +46,15 @@ SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
 async def get_tenant(request: Request, settings: SettingsDep) -> str:
-    """The caller's tenant: one per API key (a hash, never the key itself); one tenant on an open server."""
+    return tenant_for(request.headers.get("authorization", ""), settings)
+
+
+def tenant_for(authorization: str, settings: Settings) -> str:
+    """The caller's tenant from its Authorization header (HTTP and WebSocket alike): one per API key (a hash,
+    never the key itself); one tenant on an open server."""
     if not settings.api_keys:
         return OPEN_TENANT
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    scheme, _, key = authorization.partition(" ")
     if scheme.lower() != "bearer" or not key:
         raise Unauthorized(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
