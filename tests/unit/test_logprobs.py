@@ -129,3 +129,9 @@ async def test_not_asked_for_they_are_empty_and_not_computed(client: httpx.Async
 async def test_top_logprobs_outside_0_to_20_is_a_400(client: httpx.AsyncClient, value: object) -> None:
     reply = await client.post("/v1/responses", json={"input": "hi", "top_logprobs": value})
     assert_error(reply, 400, param="top_logprobs", code="invalid_value")
+
+
+async def test_top_logprobs_alone_asks_for_them_too(client: httpx.AsyncClient, runner: FakeRunner) -> None:
+    created = (await client.post("/v1/responses", json={"input": "hi", "top_logprobs": 2})).json()
+    logprobs = created["output"][0]["content"][0]["logprobs"]
+    assert logprobs and all(len(token["top_logprobs"]) == 2 for token in logprobs)

@@ -59,12 +59,13 @@ async def responses_socket(websocket: WebSocket) -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(read, group.cancel_scope)
-        try:
-            while True:
-                message = await inbox.get()
-                async with aclosing(session.handle(message)) as events:
-                    async for event in events:
+        while True:
+            message = await inbox.get()
+            async with aclosing(session.handle(message)) as events:
+                async for event in events:
+                    try:
                         await websocket.send_text(json.dumps(event, separators=(",", ":")))
-        except (WebSocketDisconnect, RuntimeError):
-            # Sending to a socket the client has closed: the reader ends the task group.
-            group.cancel_scope.cancel()
+                    except (WebSocketDisconnect, RuntimeError):
+                        # The client has gone (Starlette raises RuntimeError once it has seen the close): stop.
+                        group.cancel_scope.cancel()
+                        return
