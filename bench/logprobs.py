@@ -55,9 +55,12 @@ def main() -> None:
         client = sdk_client(server.base_url)
         model = model_of(client)
         stream_rate(client, model, 16, {})  # warm-up: the prompt is then in the prefix cache for every variant
-        for _ in range(args.runs):  # interleaved, so that drift in the machine's load hits every variant alike
-            for variant, extra in variants.items():
-                rates[variant].append(stream_rate(client, model, args.tokens, extra))
+        names = list(variants)
+        for run in range(args.runs):
+            # Interleaved, each round starting with another variant, so that drift in the machine's load and
+            # the position in a round hit every variant alike.
+            for variant in names[run % len(names) :] + names[: run % len(names)]:
+                rates[variant].append(stream_rate(client, model, args.tokens, variants[variant]))
         client.close()
     medians = {variant: statistics.median(values) for variant, values in rates.items()}
     results: dict[str, Any] = {"raw_tokens_per_s": raw, "api_tokens_per_s": medians}
