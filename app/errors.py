@@ -50,15 +50,16 @@ class NotFound(ApiError):
     status_code = 404
 
 
-class ServiceUnavailable(ApiError):
-    status_code = 503
+class ServerError(ApiError):
+    """500: our own fault, said in a sentence (never for bad input); also where a handler cannot reach the HTTP
+    error handlers, as in WebSocket mode."""
+
+    status_code = 500
     error_type = "server_error"
 
 
-class ServerError(ApiError):
-    """500: our own fault, said in a sentence (never for bad input)."""
-
-    status_code = 500
+class ServiceUnavailable(ApiError):
+    status_code = 503
     error_type = "server_error"
 
 

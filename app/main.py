@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.api.routes import compaction, conversations, health, input_items, models, responses
+from app.api.routes import compaction, conversations, health, input_items, input_tokens, models, responses, websocket
 from app.config import Settings
 from app.db import migrations
 from app.db.session import create_engine, create_sessionmaker
@@ -94,7 +94,7 @@ def create_app(
     app = FastAPI(title="llama-responses", lifespan=lifespan)
     register_error_handlers(app)
     v1 = APIRouter(prefix="/v1")
-    for module in (compaction, responses, input_items, conversations, models):
+    for module in (compaction, input_tokens, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)

@@ -10,7 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.generation.prompt import ChatMessage
-from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput, PromptRenderer
+from app.generation.types import (
+    ContextTooLong,
+    Finish,
+    GenerationFailed,
+    GenerationOutput,
+    PromptRenderer,
+    ScoredPiece,
+)
 from app.queue.base import GenerationJob, GenerationQueue
 from app.queue.inprocess import InProcessQueue
 
@@ -50,6 +57,13 @@ class FakeRenderer:
         raise ContextTooLong(len(tokens), self.n_ctx)
 
 
+def scored(piece: str, top_n: int) -> ScoredPiece:
+    """A fake token's logprob: -len(piece)/10, and alternatives that spell it in capitals, lower and lower."""
+    logprob = -len(piece) / 10
+    top = tuple((piece.upper().encode() + b"!" * rank, logprob - rank) for rank in range(top_n))
+    return ScoredPiece(piece, piece.encode(), logprob, top)
+
+
 class FakeRun:
     def __init__(
         self, job: GenerationJob, reply: list[str], delay_s: float, fail_after: int | None, separator: str = " "
@@ -71,7 +85,8 @@ class FakeRun:
             await asyncio.sleep(self.delay_s)
             word = self.reply[self.produced]
             self.produced += 1
-            yield word if self.produced == 1 else f"{self.separator}{word}"
+            piece = word if self.produced == 1 else f"{self.separator}{word}"
+            yield piece if self.job.sampling.top_logprobs is None else scored(piece, self.job.sampling.top_logprobs)
             if self.produced == self.fail_after:
                 yield GenerationFailed("the fake model broke")
                 return

@@ -5,10 +5,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import TypeAdapter
+from openai.types.responses import (
+    FunctionTool,
+    Response,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponsesServerEvent,
+    ResponseStreamEvent,
+    ResponseTextConfig,
+    ResponseUsage,
+)
+from openai.types.responses.response_output_text import Logprob, LogprobTopLogprob
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from pydantic import BaseModel, TypeAdapter
 
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
+#: What WebSocket mode sends: the stream events plus `stream_id`, and errors nested as ResponseWsError.
+SOCKET_EVENT = TypeAdapter(ResponsesServerEvent)
 TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
 
 
@@ -25,7 +38,9 @@ def parse_sse(body: str) -> list[dict[str, Any]]:
     return events
 
 
-def assert_well_formed_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+def assert_well_formed_stream(
+    events: list[dict[str, Any]], *, union: TypeAdapter[Any] = STREAM_EVENT
+) -> dict[str, Any]:
     """Sequence numbers 0..n-1, created first, every added closed by its done, text and argument deltas adding
     up to their done events, exactly one terminal event and nothing after it, every event valid for the SDK.
 
@@ -33,7 +48,7 @@ def assert_well_formed_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
     """
     assert events, "empty stream"
     for event in events:
-        STREAM_EVENT.validate_python(event)
+        union.validate_python(event)
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created"
     response_id = events[0]["response"]["id"]
@@ -88,5 +103,67 @@ def assert_well_formed_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
             del open_items[event["item"]["id"]]
     assert not open_items and not open_parts, "items or parts left open"
     final: dict[str, Any] = events[-1]["response"]
-    Response.model_validate(final)
+    assert_exact_response(final)
     return final
+
+
+#: SDK models whose every declared field must be on the wire (null where optional), minus fields for features
+#: this server has no part in: the independent validators of the Responses API require these objects whole.
+STRICT_MODELS: dict[type[BaseModel], frozenset[str]] = {
+    Response: frozenset(),
+    ResponseUsage: frozenset(),
+    InputTokensDetails: frozenset({"cache_write_tokens_details"}),
+    OutputTokensDetails: frozenset(),
+    ResponseTextConfig: frozenset(),
+    ResponseOutputMessage: frozenset({"phase"}),  # set only by models that separate commentary from answers
+    ResponseOutputText: frozenset(),
+    Logprob: frozenset(),
+    LogprobTopLogprob: frozenset(),
+    # Fields of hosted features (programmatic callers, deferred loading, async calls): not echoed.
+    FunctionTool: frozenset({"allowed_callers", "async_", "defer_loading", "output_schema"}),
+}
+
+
+def _assert_declared_fields(parsed: Any, payload: Any, path: str) -> None:
+    if isinstance(parsed, BaseModel):
+        assert isinstance(payload, dict), path
+        exempt = STRICT_MODELS.get(type(parsed))
+        for name, field in type(parsed).model_fields.items():
+            key = field.alias or name
+            if exempt is not None and name not in exempt:
+                assert key in payload, f"{path}.{key} is missing ({type(parsed).__name__} declares it)"
+            if key in payload:
+                _assert_declared_fields(getattr(parsed, name), payload[key], f"{path}.{key}")
+    elif isinstance(parsed, list):
+        assert isinstance(payload, list) and len(parsed) == len(payload), path
+        for index, (item, raw) in enumerate(zip(parsed, payload, strict=True)):
+            _assert_declared_fields(item, raw, f"{path}[{index}]")
+
+
+def assert_exact_response(payload: dict[str, Any]) -> Response:
+    """The payload is a Response as the SDK declares it, with every field present (not only the required ones:
+    `Response.model_validate` alone is lenient) and `strict` booleans, `logprobs` lists where they are typed so."""
+    parsed = Response.model_validate(payload)
+    _assert_declared_fields(parsed, payload, "response")
+    assert isinstance(payload["presence_penalty"], float | int) and isinstance(
+        payload["frequency_penalty"], float | int
+    )
+    for tool in payload["tools"]:
+        if tool["type"] == "function":
+            assert isinstance(tool["strict"], bool), tool
+    for item in payload["output"]:
+        for part in item.get("content") or []:
+            if part["type"] == "output_text":
+                assert isinstance(part["logprobs"], list), part
+    return parsed
+
+
+def socket_exchange(connection: Any, **fields: Any) -> list[dict[str, Any]]:
+    """Send one response.create on an SDK WebSocket connection; the events that answer it, as sent."""
+    connection.response.create(**fields)
+    events: list[dict[str, Any]] = []
+    for event in connection:
+        events.append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
+        if event.type in TERMINAL_EVENTS or (event.type == "error" and event.sequence_number is None):
+            return events
+    raise AssertionError("the connection closed before the response ended")

@@ -7,12 +7,13 @@ import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.errors import Unauthorized
 from app.runtime import Runtime
+from app.services.includes import parse_includes
 
 OPEN_TENANT = "public"
 
@@ -46,10 +47,15 @@ SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
 async def get_tenant(request: Request, settings: SettingsDep) -> str:
-    """The caller's tenant: one per API key (a hash, never the key itself); one tenant on an open server."""
+    return tenant_for(request.headers.get("authorization", ""), settings)
+
+
+def tenant_for(authorization: str, settings: Settings) -> str:
+    """The caller's tenant from its Authorization header (HTTP and WebSocket alike): one per API key (a hash,
+    never the key itself); one tenant on an open server."""
     if not settings.api_keys:
         return OPEN_TENANT
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    scheme, _, key = authorization.partition(" ")
     if scheme.lower() != "bearer" or not key:
         raise Unauthorized(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
@@ -61,3 +67,14 @@ async def get_tenant(request: Request, settings: SettingsDep) -> str:
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+async def get_includes(
+    include: Annotated[list[str] | None, Query()] = None,
+    include_brackets: Annotated[list[str] | None, Query(alias="include[]")] = None,
+) -> frozenset[str]:
+    """`include` on a read, sent as include= or include[]= (the SDK sends the latter): checked, then merged."""
+    return parse_includes([*(include or []), *(include_brackets or [])])
+
+
+IncludesDep = Annotated[frozenset[str], Depends(get_includes)]

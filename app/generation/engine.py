@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
+import math
 import queue
 import random
 import threading
@@ -31,7 +32,14 @@ import numpy as np
 
 from app.config import Settings
 from app.generation.prefix_cache import PrefixCache, common_prefix_length
-from app.generation.types import Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
+from app.generation.types import (
+    Finish,
+    FinishReason,
+    GenerationFailed,
+    GenerationOutput,
+    SamplingParams,
+    ScoredPiece,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +85,8 @@ class _Slot:
     budget: int = 0
     produced: int = 0
     cached: int = 0
+    #: None: no logprobs (the default, fast path); else how many alternatives each token reports.
+    top_logprobs: int | None = None
 
 
 class LlamaEngine:
@@ -119,6 +129,7 @@ class LlamaEngine:
             raise EngineError("llama.cpp could not create a context (out of memory?)")
         self.n_ctx = min(self.n_ctx, llama_cpp.llama_n_ctx_seq(self._ctx))
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, 1)
         self._piece = (ctypes.c_char * _PIECE_BUFFER)()
@@ -212,6 +223,7 @@ class LlamaEngine:
         slot.sampler = self._sampler(request.sampling)
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         slot.budget, slot.produced, slot.cached = budget, 0, reused
+        slot.top_logprobs = request.sampling.top_logprobs
         slot.request = request
 
     def _shared_prefix(self, tokens: list[int], prompt: list[int]) -> int:
@@ -247,6 +259,14 @@ class LlamaEngine:
         chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(
             llama_cpp.llama_sampler_chain_default_params()
         )
+        if sampling.presence_penalty or sampling.frequency_penalty:
+            # Over the tokens generated so far (the chain accepts each sampled token); the prompt is not counted.
+            llama_cpp.llama_sampler_chain_add(
+                chain,
+                llama_cpp.llama_sampler_init_penalties(
+                    self._n_vocab, self.n_ctx, 1.0, sampling.frequency_penalty, sampling.presence_penalty
+                ),
+            )
         if sampling.grammar:
             grammar = llama_cpp.llama_sampler_init_grammar(self._vocab, sampling.grammar.encode(), b"root")
             if not grammar:
@@ -300,18 +320,43 @@ class LlamaEngine:
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
         for slot, index in sampled:
-            self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index))
+            # Only requests that asked for logprobs read the logits row here (a copy, taken before sampling).
+            logits = self._logits_row(index) if slot.top_logprobs is not None else None
+            self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index), logits)
 
-    def _advance(self, slot: _Slot, token: int) -> None:
+    def _logits_row(self, index: int) -> np.ndarray:
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,))
+        return row.astype(np.float64)
+
+    def _token_bytes(self, token: int) -> bytes:
+        length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
+        return self._piece.raw[: max(length, 0)]
+
+    def _scored(self, text: str, token: int, token_bytes: bytes, logits: np.ndarray, top_n: int) -> ScoredPiece:
+        """The token's logprob under the model's own distribution (log-softmax of its logits), and the top_n
+        likeliest tokens'."""
+        peak = float(logits.max())
+        log_total = peak + math.log(float(np.exp(logits - peak).sum()))
+        top: tuple[tuple[bytes, float], ...] = ()
+        if top_n:
+            best = np.argpartition(logits, -top_n)[-top_n:]
+            best = best[np.argsort(-logits[best], kind="stable")]
+            top = tuple((self._token_bytes(int(other)), float(logits[other]) - log_total) for other in best)
+        return ScoredPiece(text, token_bytes, float(logits[token]) - log_total, top)
+
+    def _advance(self, slot: _Slot, token: int, logits: np.ndarray | None = None) -> None:
         request, decoder = slot.request, slot.decoder
         assert request is not None and decoder is not None
         if llama_cpp.llama_vocab_is_eog(self._vocab, token):
             self._finish(slot, "stop")
             return
         slot.produced += 1
-        length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
-        piece = decoder.decode(self._piece.raw[: max(length, 0)])
-        if piece:
+        token_bytes = self._token_bytes(token)
+        piece = decoder.decode(token_bytes)
+        if logits is not None and slot.top_logprobs is not None:
+            # Sent even when the token only starts a multi-byte character (text ""), so every token is there.
+            request.emit(self._scored(piece, token, token_bytes, logits, slot.top_logprobs))
+        elif piece:
             request.emit(piece)
         if slot.produced >= slot.budget:
             self._finish(slot, "length")
@@ -340,6 +385,7 @@ class LlamaEngine:
         if slot.sampler is not None:
             llama_cpp.llama_sampler_free(slot.sampler)
         slot.request, slot.sampler, slot.decoder, slot.pending = None, None, None, []
+        slot.top_logprobs = None
 
     def _save_prefix(self, slot: _Slot) -> None:
         if self._cache is None or not slot.tokens:

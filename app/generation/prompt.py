@@ -116,6 +116,12 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
     return messages
 
 
+def encode_reasoning(text: str) -> str:
+    """A reasoning item's `encrypted_content`. NOTE: base64, not encrypted: the text for a stateless client to
+    send back (reasoning_text reads it)."""
+    return base64.b64encode(text.encode()).decode()
+
+
 def reasoning_text(item: dict[str, Any]) -> str:
     """A reasoning item's text: its content, else what a stateless client sent back as encrypted_content."""
     content = item.get("content") or []

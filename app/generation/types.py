@@ -21,6 +21,11 @@ class SamplingParams:
     max_output_tokens: int | None
     #: GBNF that every sampled token must keep satisfiable (structured output); None: free text.
     grammar: str | None = None
+    #: OpenAI's penalties on tokens already generated (llama.cpp's penalty sampler); 0 leaves it out.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: None: no logprobs (the fast path). N >= 0: each token's logprob and its N likeliest alternatives.
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +45,20 @@ class GenerationFailed:
     message: str
 
 
-GenerationOutput = str | Finish | GenerationFailed
+@dataclass(frozen=True, slots=True)
+class ScoredPiece:
+    """A token's text (what it completes of the UTF-8 stream, possibly "") with its logprob, for requests that
+    asked for logprobs. Logprobs are the model's own: log-softmax of its logits, before penalties, grammar,
+    temperature and top_p."""
+
+    text: str
+    token_bytes: bytes
+    logprob: float
+    #: The likeliest tokens, most likely first: (bytes, logprob).
+    top: tuple[tuple[bytes, float], ...] = ()
+
+
+GenerationOutput = str | ScoredPiece | Finish | GenerationFailed
 
 
 class PromptRenderer(Protocol):

@@ -33,6 +33,8 @@ class GenerationJob:
     reasoning_tags: tuple[str, str] | None = None
     #: include: ["reasoning.encrypted_content"]: hand the reasoning back for a stateless client to resend.
     encrypted_reasoning: bool = False
+    #: parallel_tool_calls: false keeps only the first of several calls the model writes.
+    parallel_tool_calls: bool = True
     #: Jobs with the same key likely share a prompt prefix (prompt_cache_key, or the chain's first response):
     #: distributed mode sends them to the worker that ran the last one, whose cache holds that prefix.
     affinity_key: str | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -37,13 +37,26 @@ class ContentPartEvent(ResponseEvent):
     part: OutputText
 
 
+class EventTopLogprob(BaseModel):
+    token: str
+    logprob: float
+
+
+class EventLogprob(BaseModel):
+    """A token's logprob on a text delta or done event (the SDK's shape there has no `bytes`)."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[EventTopLogprob] = Field(default_factory=list)
+
+
 class OutputTextDeltaEvent(ResponseEvent):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
     item_id: str
     output_index: int
     content_index: int
     delta: str
-    logprobs: list[Any] = Field(default_factory=list)
+    logprobs: list[EventLogprob] = Field(default_factory=list)
 
 
 class OutputTextDoneEvent(ResponseEvent):
@@ -52,7 +65,7 @@ class OutputTextDoneEvent(ResponseEvent):
     output_index: int
     content_index: int
     text: str
-    logprobs: list[Any] = Field(default_factory=list)
+    logprobs: list[EventLogprob] = Field(default_factory=list)
 
 
 class FunctionCallArgumentsDeltaEvent(ResponseEvent):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 Role = Literal["user", "assistant", "system", "developer"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -15,11 +15,32 @@ class InputText(BaseModel):
     text: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class TokenLogprob(BaseModel):
+    """One token of an output_text part: its text, its UTF-8 bytes, its logprob, and the likeliest tokens."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
 class OutputText(BaseModel):
     type: Literal["output_text"]
     text: str
     annotations: list[Any] = Field(default_factory=list)
-    logprobs: list[Any] | None = None
+    #: Empty unless the request asked for logprobs (never null: the API's validators require a list).
+    logprobs: list[TokenLogprob] = Field(default_factory=list)
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
 
 
 class Refusal(BaseModel):

@@ -8,11 +8,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from app.schemas.items import RequestInput
 
-METADATA_MAX_PAIRS = 16
-METADATA_MAX_KEY_CHARS = 64
-METADATA_MAX_VALUE_CHARS = 512
-
-#: The SDK's ResponseIncludable: what `include` may name.
+#: What `include` may ask for (the SDK's ResponseIncludable).
 Includable = Literal[
     "file_search_call.results",
     "web_search_call.results",
@@ -23,6 +19,13 @@ Includable = Literal[
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 ]
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
+MAX_TOP_LOGPROBS = 20
+
+METADATA_MAX_PAIRS = 16
+METADATA_MAX_KEY_CHARS = 64
+METADATA_MAX_VALUE_CHARS = 512
 
 
 class TextFormat(BaseModel):
@@ -51,7 +54,7 @@ class TextConfig(BaseModel):
 
 class ReasoningConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
@@ -110,13 +113,17 @@ class CreateResponseRequest(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = Field(None, ge=1)
-    include: list[str] | None = None
+    include: list[Includable] | None = None
     stream_options: dict[str, Any] | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     safety_identifier: str | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # NOTE: not in the SDK's create params (Chat Completions has them); independent validators of the Responses
+    # API expect them on every Response, and llama.cpp's penalty sampler runs them. Send with extra_body.
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
     background: bool | None = None
     conversation: ConversationField | None = None
     context_management: list[ContextManagement] | None = Field(None, max_length=1)
@@ -127,6 +134,11 @@ class CreateResponseRequest(BaseModel):
     image: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
     prompt_cache_options: dict[str, Any] | None = None
+
+    @property
+    def wants_logprobs(self) -> bool:
+        """Logprobs are computed (and reported) only when asked for: by the include, or top_logprobs > 0."""
+        return LOGPROBS_INCLUDE in (self.include or []) or bool(self.top_logprobs)
 
     @field_validator("metadata")
     @classmethod
@@ -142,8 +154,25 @@ NOT_IMPLEMENTED_FIELDS: dict[str, object] = {
     "image": None,
     "access_programs": None,
     "prompt_cache_options": None,
-    "top_logprobs": 0,
 }
 
 #: Every top-level field the API defines (for strict mode's unknown_parameter check).
 KNOWN_FIELDS = frozenset(CreateResponseRequest.model_fields)
+
+#: The fields of POST /v1/responses/input_tokens (the SDK's InputTokenCountParams): those that shape the prompt.
+COUNT_FIELDS = frozenset(
+    {
+        "conversation",
+        "input",
+        "instructions",
+        "model",
+        "parallel_tool_calls",
+        "personality",
+        "previous_response_id",
+        "reasoning",
+        "text",
+        "tool_choice",
+        "tools",
+        "truncation",
+    }
+)

@@ -44,6 +44,10 @@ class ConversationRef(BaseModel):
     id: str
 
 
+def default_text() -> dict[str, Any]:
+    return {"format": {"type": "text"}, "verbosity": "medium"}
+
+
 class ResponseParams(BaseModel):
     """What a request asked for, echoed on its Response; chained requests do not inherit any of it."""
 
@@ -52,7 +56,10 @@ class ResponseParams(BaseModel):
     max_tool_calls: int | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     parallel_tool_calls: bool = True
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     reasoning: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str = "default"
@@ -60,7 +67,7 @@ class ResponseParams(BaseModel):
     background: bool = False
     conversation: ConversationRef | None = None
     temperature: float = 1.0
-    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    text: dict[str, Any] = Field(default_factory=default_text)
     tool_choice: str | dict[str, Any] = "auto"
     tools: list[dict[str, Any]] = Field(default_factory=list)
     top_logprobs: int = 0
@@ -81,6 +88,15 @@ class ResponseObject(ResponseParams):
     output: list[Item] = Field(default_factory=list)
     previous_response_id: str | None = None
     usage: Usage | None = None
+    # Declared by the SDK's Response for features this server does not run: always null here.
+    prompt: dict[str, Any] | None = None
+    access_programs: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    input_transformations: list[dict[str, Any]] | None = None
+    moderation: dict[str, Any] | None = None
+    prompt_cache_diagnostics: dict[str, Any] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    tool_usage: dict[str, Any] | None = None
 
     @property
     def output_text(self) -> str:
@@ -99,6 +115,13 @@ class InputItemList(BaseModel):
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+class InputTokenCount(BaseModel):
+    """POST /v1/responses/input_tokens: the SDK's InputTokenCountResponse."""
+
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
 
 
 class ModelCard(BaseModel):

@@ -7,13 +7,13 @@ functions are offered). Text that may be the start of a tag is held back until i
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from app.generation.prompt import encode_reasoning
 from app.generation.tool_calls import CALL_OPEN, held_back, parse_calls
-from app.generation.types import Finish
+from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.events import (
     ContentPartEvent,
@@ -47,6 +47,7 @@ from app.schemas.responses import (
     ResponseObject,
     Usage,
 )
+from app.services.token_logprobs import TokenLogprobs
 
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}
@@ -56,7 +57,8 @@ class ResponseAssembler:
     """Grows one Response from text pieces; every method returns the events that step produced, in order.
 
     `functions` maps each offered function name to its namespace (None outside a namespace);
-    `reasoning_tags` are the model's (open, close) reasoning markers, if it has any.
+    `reasoning_tags` are the model's (open, close) reasoning markers, if it has any. With `logprobs`, the
+    pieces are ScoredPieces and the answer's part and deltas carry their tokens' logprobs.
     """
 
     def __init__(
@@ -68,6 +70,8 @@ class ResponseAssembler:
         custom_tools: set[str] | None = None,
         encrypted_reasoning: bool = False,
         leading_items: list[dict[str, Any]] | None = None,
+        logprobs: bool = False,
+        parallel_tool_calls: bool = True,
     ) -> None:
         self.response = response
         self._functions = functions or {}
@@ -76,6 +80,8 @@ class ResponseAssembler:
         self._encrypted_reasoning = encrypted_reasoning
         #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
         self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
+        self._logprobs = TokenLogprobs() if logprobs else None
+        self._parallel_tool_calls = parallel_tool_calls
         self._sequence = 0
         self._raw = ""  # everything the model said
         self._phase = "undecided" if reasoning_tags else "answer"
@@ -149,7 +155,7 @@ class ResponseAssembler:
     def _close_reasoning(self, status: str) -> list[ResponseEvent]:
         assert self._reasoning is not None
         text = self._raw[self._reasoning_from : self._reasoning_sent]
-        encrypted = base64.b64encode(text.encode()).decode() if self._encrypted_reasoning else None
+        encrypted = encode_reasoning(text) if self._encrypted_reasoning else None
         self._reasoning = self._reasoning.model_copy(
             update={"content": [ReasoningText(text=text)], "status": status, "encrypted_content": encrypted}
         )
@@ -219,7 +225,7 @@ class ResponseAssembler:
             return []
         events = self._open_message() if self._message is None else []
         assert self._message is not None
-        self._sent = upto
+        start, self._sent = self._sent, upto
         events.append(
             OutputTextDeltaEvent(
                 sequence_number=self._next(),
@@ -227,6 +233,7 @@ class ResponseAssembler:
                 output_index=self._message_index,
                 content_index=0,
                 delta=delta,
+                logprobs=self._logprobs.for_event(delta, start) if self._logprobs else [],
             )
         )
         return events
@@ -242,7 +249,13 @@ class ResponseAssembler:
             return self._send_text(tag)
         return self._send_text(len(self._raw) - held_back(self._raw))
 
-    def text(self, piece: str) -> list[ResponseEvent]:
+    def text(self, piece: str | ScoredPiece) -> list[ResponseEvent]:
+        if isinstance(piece, ScoredPiece):
+            if self._logprobs is not None:
+                self._logprobs.add(piece, len(self._raw))
+            piece = piece.text
+        elif self._logprobs is not None:
+            self._logprobs.extend_last(len(self._raw) + len(piece))
         self._raw += piece
         events = self._decide() if self._phase == "undecided" else []
         if self._phase == "reasoning":
@@ -261,6 +274,8 @@ class ResponseAssembler:
         if parsed is None:  # not well-formed calls after all: it was text
             self._calls_from = None
             return []
+        if not self._parallel_tool_calls:
+            parsed = parsed[:1]
         calls: list[StoredFunctionCall | StoredCustomToolCall] = []
         for call in parsed:
             namespace = self._functions[call.name]
@@ -325,9 +340,14 @@ class ResponseAssembler:
 
     # The end -------------------------------------------------------------------------------------------
 
+    def _answer_part(self) -> OutputText:
+        text = self._raw[self._answer_from : self._sent]
+        logprobs = self._logprobs.for_part(text, self._answer_from) if self._logprobs else []
+        return OutputText(type="output_text", text=text, logprobs=logprobs)
+
     def _close_message(self, status: str) -> list[ResponseEvent]:
         assert self._message is not None
-        part = OutputText(type="output_text", text=self._raw[self._answer_from : self._sent])
+        part = self._answer_part()
         message = self._message.model_copy(
             update={"content": [part], "status": "completed" if status == "completed" else "incomplete"}
         )
@@ -339,6 +359,7 @@ class ResponseAssembler:
                 output_index=self._message_index,
                 content_index=0,
                 text=part.text,
+                logprobs=self._logprobs.for_event(part.text, self._answer_from) if self._logprobs else [],
             ),
             self._part_event("response.content_part.done", message, part),
             OutputItemEvent(
@@ -395,7 +416,7 @@ class ResponseAssembler:
             text = self._raw[self._reasoning_from : self._reasoning_sent]
             output.append(self._reasoning.model_copy(update={"content": [ReasoningText(text=text)]}))
         if self._message is not None:
-            part = OutputText(type="output_text", text=self._raw[self._answer_from : self._sent])
+            part = self._answer_part()
             output.append(self._message.model_copy(update={"content": [part], "status": "incomplete"}))
         self.response.output = [*self._leading, *output]
         error = ErrorEvent(sequence_number=self._next(), code=code, message=message)

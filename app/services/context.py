@@ -3,6 +3,7 @@ conversation, and the calls they answer."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,16 @@ from app.errors import InvalidRequest, NotFound
 from app.generation.prompt import Turn, call_ids
 from app.schemas.items import CALL_OUTPUT_TYPES
 from app.schemas.responses import TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionChain:
+    """A WebSocket connection's last response when it was not stored (store: false), kept in that connection's
+    memory only: its whole context (earlier turns, then its own input and output) for a continuation to read."""
+
+    response_id: str
+    turns: Sequence[Turn]
+    chain_root: str
 
 
 async def load_history(session: AsyncSession, previous_id: str, tenant: str) -> tuple[list[Turn], str]:

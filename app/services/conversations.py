@@ -21,6 +21,7 @@ from app.schemas.conversations import (
 from app.schemas.items import InputItem, Item
 from app.services.compaction_items import check_compactions
 from app.services.context import conversation_not_found
+from app.services.includes import with_includes
 from app.services.input_items import check_page_limit
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
@@ -81,7 +82,12 @@ async def delete_conversation(session: AsyncSession, conversation_id: str, tenan
 
 
 async def add_items(
-    runtime: Runtime, conversation_id: str, tenant: str, entries: list[InputItem]
+    runtime: Runtime,
+    conversation_id: str,
+    tenant: str,
+    entries: list[InputItem],
+    *,
+    includes: frozenset[str] = frozenset(),
 ) -> ConversationItemList:
     """Append items by hand; they are in the context of the next response on the conversation."""
     async with runtime.sessionmaker() as session:
@@ -90,7 +96,7 @@ async def add_items(
     async with runtime.sessionmaker() as session, session.begin():
         if not await repository.append_items(session, conversation_id, stored):
             raise conversation_not_found(conversation_id)
-    data = [STORED_ITEM.validate_python(item) for item in stored]
+    data = with_includes([STORED_ITEM.validate_python(item) for item in stored], includes)
     return ConversationItemList(data=data, first_id=data[0].id, last_id=data[-1].id, has_more=False)
 
 
@@ -102,6 +108,7 @@ async def list_items(
     limit: int,
     order: Literal["asc", "desc"],
     after: str | None,
+    includes: frozenset[str] = frozenset(),
 ) -> ConversationItemList:
     check_page_limit(limit)
     await _owned(session, conversation_id, tenant)
@@ -117,7 +124,7 @@ async def list_items(
     rows, has_more = await repository.page_items(
         session, conversation_id, limit=limit, order=order, after_position=after_position
     )
-    data = [STORED_ITEM.validate_python(row) for row in rows]
+    data = with_includes([STORED_ITEM.validate_python(row) for row in rows], includes)
     return ConversationItemList(
         data=data,
         first_id=data[0].id if data else None,
@@ -126,12 +133,19 @@ async def list_items(
     )
 
 
-async def get_item(session: AsyncSession, conversation_id: str, item_id: str, tenant: str) -> Item:
+async def get_item(
+    session: AsyncSession,
+    conversation_id: str,
+    item_id: str,
+    tenant: str,
+    *,
+    includes: frozenset[str] = frozenset(),
+) -> Item:
     await _owned(session, conversation_id, tenant)
     item = await repository.get_item(session, conversation_id, item_id)
     if item is None:
         raise item_not_found(item_id)
-    return STORED_ITEM.validate_python(item)
+    return with_includes([STORED_ITEM.validate_python(item)], includes)[0]
 
 
 async def delete_item(session: AsyncSession, conversation_id: str, item_id: str, tenant: str) -> ConversationObject:

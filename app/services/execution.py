@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utc_now
 from app.db.repositories import responses as repository
-from app.generation.types import Finish, GenerationFailed
+from app.generation.types import Finish, GenerationFailed, ScoredPiece
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
@@ -43,6 +43,8 @@ class JobExecution:
             custom_tools=set(job.custom_tools),
             encrypted_reasoning=job.encrypted_reasoning,
             leading_items=job.leading_items,
+            logprobs=job.sampling.top_logprobs is not None,
+            parallel_tool_calls=job.parallel_tool_calls,
         )
 
     async def _claim(self) -> bool:
@@ -112,7 +114,7 @@ class JobExecution:
     async def _relay(self, generation: GenerationRun) -> bool:
         outputs: AsyncIterator[Any] = generation.outputs()
         async for output in outputs:
-            if isinstance(output, str):
+            if isinstance(output, str | ScoredPiece):
                 await self._emit(self.assembler.text(output))
             else:
                 await self._close(output)

@@ -11,6 +11,7 @@ from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.schemas.items import Item
 from app.schemas.responses import InputItemList
+from app.services.includes import with_includes
 
 MAX_PAGE_LIMIT = 100
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
@@ -33,6 +34,7 @@ async def list_input_items(
     limit: int,
     order: Literal["asc", "desc"],
     after: str | None,
+    includes: frozenset[str] = frozenset(),
 ) -> InputItemList:
     check_page_limit(limit)
     if await repository.get_response(session, response_id, tenant) is None:
@@ -49,7 +51,7 @@ async def list_input_items(
     rows, has_more = await repository.page_input_items(
         session, response_id, limit=limit, order=order, after_position=after_position
     )
-    data = [STORED_ITEM.validate_python(row) for row in rows]
+    data = with_includes([STORED_ITEM.validate_python(row) for row in rows], includes)
     return InputItemList(
         data=data,
         first_id=data[0].id if data else None,

@@ -1,11 +1,16 @@
 """A create request -> a PreparedResponse: everything that can fail with a 400 happens here, before anything
-is stored or generated (parameters, tools, the context, the rendered prompt, the generation job)."""
+is stored or generated (parameters, tools, the context, the rendered prompt, the generation job).
+
+`render_context` is the part that builds the context and renders the prompt: input token counts call it alone,
+so that they count exactly what a create would read.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.config import Settings
@@ -17,14 +22,20 @@ from app.generation.types import ContextTooLong, SamplingParams
 from app.ids import new_id
 from app.queue.base import GenerationJob
 from app.runtime import Runtime
-from app.schemas.requests import CreateResponseRequest
-from app.schemas.responses import ConversationRef, ResponseObject, ResponseParams
+from app.schemas.requests import ENCRYPTED_REASONING_INCLUDE, CreateResponseRequest
+from app.schemas.responses import ConversationRef, ResponseObject, ResponseParams, default_text
 from app.services import compaction
 from app.services.compaction_items import compaction_item, open_compactions, open_history
-from app.services.context import ConversationTurn, check_call_outputs, load_conversation, load_history
+from app.services.context import (
+    ConnectionChain,
+    ConversationTurn,
+    check_call_outputs,
+    load_conversation,
+    load_history,
+)
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
-from app.services.tools import resolve_tools
+from app.services.tools import ToolSetup, echoed_tools, resolve_tools
 from app.services.validation import resolve_model
 
 DEFAULT_TOP_P = 1.0
@@ -38,7 +49,10 @@ def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponsePa
         max_tool_calls=request.max_tool_calls,
         metadata=request.metadata or {},
         parallel_tool_calls=request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
         prompt_cache_key=request.prompt_cache_key,
+        prompt_cache_retention=request.prompt_cache_retention,
         reasoning=request.reasoning.model_dump(exclude_none=True) if request.reasoning else None,
         safety_identifier=request.safety_identifier,
         store=request.store is not False,
@@ -46,14 +60,20 @@ def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponsePa
         conversation=ConversationRef(id=conversation_id_of(request)) if request.conversation is not None else None,
         temperature=request.temperature if request.temperature is not None else settings.default_temperature,
         top_p=request.top_p if request.top_p is not None else DEFAULT_TOP_P,
-        text=request.text.model_dump(exclude_none=True, by_alias=True)
-        if request.text and request.text.format
-        else {"format": {"type": "text"}},
+        text=_text_of(request),
         tool_choice=request.tool_choice or "auto",
-        tools=request.tools or [],
+        tools=echoed_tools(request.tools or []),
+        top_logprobs=request.top_logprobs or 0,
         truncation=request.truncation or "disabled",
         user=request.user,
     )
+
+
+def _text_of(request: CreateResponseRequest) -> dict[str, Any]:
+    text = default_text()
+    if request.text is not None:
+        text.update(request.text.model_dump(exclude_none=True, by_alias=True))
+    return text
 
 
 def conversation_id_of(request: CreateResponseRequest) -> str:
@@ -69,26 +89,46 @@ def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
         raise InvalidRequest(str(error), param="text.format.schema", code="invalid_json_schema") from None
 
 
+@dataclass(frozen=True, slots=True)
+class RenderedContext:
+    """A request's context as the model reads it, and what it was built from."""
+
+    #: The served model the request resolved to.
+    model: str
+    prompt: list[int]
+    #: The request's own input items, normalised (each with an id, references resolved).
+    items: list[dict[str, Any]]
+    tools: ToolSetup
+    #: The earlier turns (of its chain or its conversation), oldest first, and the chain's first response.
+    history: list[Turn]
+    chain_root: str | None
+    #: The conversation it runs on, as read: submission claims it (or finds it changed).
+    conversation: ConversationTurn | None
+    reasoning_tags: tuple[str, str] | None
+    #: Jobs with the same key likely share a prompt prefix (prompt_cache_key, chain, conversation).
+    affinity_key: str | None
+    #: Output items that lead the response: the compaction item of an automatic compaction.
+    leading: list[dict[str, Any]] = field(default_factory=list)
+
+
 class PreparedResponse:
     """A validated create request: its Response (status queued), its input items and its job."""
 
     def __init__(
         self,
         response: ResponseObject,
-        items: list[dict[str, Any]],
         job: GenerationJob,
         stream: bool,
-        ignored_tools: list[str],
-        conversation: ConversationTurn | None = None,
+        context: RenderedContext,
     ) -> None:
         self.response = response
-        self.items = items
         self.job = job
         self.stream = stream
+        self.context = context
+        self.items = context.items
         #: Hosted tool types the request sent that cannot run here (named in a response header).
-        self.ignored_tools = ignored_tools
-        #: The conversation it runs on, as read: submission claims it (or finds it changed).
-        self.conversation = conversation
+        self.ignored_tools = context.tools.ignored
+        self.conversation = context.conversation
 
 
 class _Context:
@@ -99,7 +139,20 @@ class _Context:
         self.chain_root: str | None = None
         self.conversation: ConversationTurn | None = None
 
-    async def load(self, runtime: Runtime, request: CreateResponseRequest, tenant: str) -> None:
+    async def load(
+        self, runtime: Runtime, request: CreateResponseRequest, tenant: str, connection: ConnectionChain | None
+    ) -> None:
+        """`connection`: a WebSocket connection's unstored last response, which `previous_response_id` may name."""
+        if connection is not None and request.previous_response_id == connection.response_id:
+            if request.store is not False:
+                raise InvalidRequest(
+                    f"Previous response '{connection.response_id}' was not stored; a response that continues it "
+                    "must be created with store: false too.",
+                    param="store",
+                    code="invalid_value",
+                )
+            self.history, self.chain_root = list(connection.turns), connection.chain_root
+            return
         if request.previous_response_id is None and request.conversation is None:
             return  # the stateless path touches no database
         async with runtime.sessionmaker() as session:
@@ -188,15 +241,17 @@ async def _prompt_of(
     return prompt, [item]
 
 
-async def prepare_response(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> PreparedResponse:
-    """Everything that can fail with a 400 happens here, before anything is stored or generated."""
+async def render_context(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+) -> RenderedContext:
+    """Tools, input, history -> the prompt tokens (after an automatic compaction, when the request asks for one
+    and the context passes its threshold). `connection`: see `_Context.load`."""
     model = resolve_model(request.model, runtime.settings, runtime.model_id)
-    _check_combination(request)
     tools = resolve_tools(request.tools, request.tool_choice, strict=runtime.settings.strict_tools)
     items = normalize_input(request.input)
     await resolve_references(runtime, items, tenant, param="input")
     context = _Context()
-    await context.load(runtime, request, tenant)
+    await context.load(runtime, request, tenant, connection)
     check_call_outputs(context.history, items)
     history, readable_items = context.readable(runtime, tenant, items)
     reasoning_tags = runtime.tokenizer.reasoning_tags
@@ -238,41 +293,59 @@ async def prepare_response(request: CreateResponseRequest, tenant: str, runtime:
         model=model,
         affinity_key=affinity_key,
     )
+    return RenderedContext(
+        model=model,
+        prompt=prompt,
+        items=items,
+        tools=tools,
+        history=context.history,
+        chain_root=context.chain_root,
+        conversation=context.conversation,
+        reasoning_tags=reasoning_tags,
+        affinity_key=affinity_key,
+        leading=leading,
+    )
+
+
+async def prepare_response(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+) -> PreparedResponse:
+    """Everything that can fail with a 400 happens here, before anything is stored or generated."""
+    _check_combination(request)
+    context = await render_context(request, tenant, runtime, connection=connection)
+    tools = context.tools
     params = _params_of(request, runtime.settings)
     response = ResponseObject(
         **params.model_dump(),
         id=new_id("resp"),
         created_at=int(time.time()),
         status="queued",
-        model=model,
+        model=context.model,
         previous_response_id=request.previous_response_id,
     )
     job = GenerationJob(
         response_id=response.id,
-        prompt_tokens=prompt,
+        prompt_tokens=context.prompt,
         sampling=SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
             max_output_tokens=params.max_output_tokens,
             grammar=tools.grammar or _grammar_for(params.text.get("format")),
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            top_logprobs=params.top_logprobs if request.wants_logprobs else None,
         ),
         response=response.model_dump(mode="json"),
         store=params.store,
         keep_events=params.background and bool(request.stream),
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
-        reasoning_tags=reasoning_tags,
-        encrypted_reasoning="reasoning.encrypted_content" in (request.include or []),
-        affinity_key=affinity_key or response.id,
+        reasoning_tags=context.reasoning_tags,
+        encrypted_reasoning=ENCRYPTED_REASONING_INCLUDE in (request.include or []),
+        parallel_tool_calls=params.parallel_tool_calls,
+        affinity_key=context.affinity_key or response.id,
         conversation_id=context.conversation.conversation_id if context.conversation else None,
-        conversation_input=items if context.conversation else [],
-        leading_items=leading,
+        conversation_input=context.items if context.conversation else [],
+        leading_items=context.leading,
     )
-    return PreparedResponse(
-        response,
-        items,
-        job,
-        stream=bool(request.stream),
-        ignored_tools=tools.ignored,
-        conversation=context.conversation,
-    )
+    return PreparedResponse(response, job, stream=bool(request.stream), context=context)

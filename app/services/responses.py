@@ -11,15 +11,21 @@ from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.runtime import Runtime
 from app.schemas.responses import DeletedResponse, ResponseObject
+from app.services.includes import with_includes
 from app.services.snapshots import response_from_row
 from app.services.streams import relay_events
 
 
-async def get_response(session: AsyncSession, response_id: str, tenant: str) -> ResponseObject:
+async def get_response(
+    session: AsyncSession, response_id: str, tenant: str, *, includes: frozenset[str] = frozenset()
+) -> ResponseObject:
     row = await repository.get_response(session, response_id, tenant)
     if row is None:
         raise response_not_found(response_id)
-    return response_from_row(row)
+    response = response_from_row(row)
+    if includes:
+        response.output = with_includes(response.output, includes)
+    return response
 
 
 async def stream_stored_response(

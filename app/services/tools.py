@@ -27,6 +27,28 @@ class ToolSetup:
     grammar: str | None = None
 
 
+def _echoed_function(tool: dict[str, Any]) -> dict[str, Any]:
+    # NOTE: `strict` defaults to false here (the hosted API defaults to true): arguments are held to the schema
+    # by a grammar only when a call is forced (tool_choice "required" or a named function).
+    return {"description": None, "parameters": None, **tool, "strict": bool(tool.get("strict"))}
+
+
+def echoed_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as a Response echoes them: function tools with every field the SDK declares, strict a boolean."""
+    echoed: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.get("type") == "function":
+            tool = _echoed_function(tool)
+        elif tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            members = [
+                _echoed_function(member) if isinstance(member, dict) and member.get("type") == "function" else member
+                for member in tool["tools"]
+            ]
+            tool = {**tool, "tools": members}
+        echoed.append(tool)
+    return echoed
+
+
 def _function(tool: dict[str, Any], param: str, namespace: str | None = None) -> FunctionSpec:
     try:
         parsed = FunctionTool.model_validate(tool)

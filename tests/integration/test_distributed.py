@@ -18,7 +18,13 @@ from openai.types.responses.response_input_item_param import ItemReference
 
 from tests.fixtures.databases import count_responses, fresh_postgres_database
 from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
-from tests.protocol import assert_well_formed_stream, parse_sse
+from tests.protocol import (
+    SOCKET_EVENT,
+    assert_exact_response,
+    assert_well_formed_stream,
+    parse_sse,
+    socket_exchange,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -138,6 +144,47 @@ def test_a_client_dropping_a_foreground_stream_cancels_its_job(cluster: Cluster)
     assert response_id is not None
     settled = poll(cluster.client(cluster.api_a), response_id, timeout_s=30)
     assert settled.status == "cancelled"
+    assert settled.usage is not None and settled.usage.output_tokens < 4000
+
+
+def test_counts_logprobs_and_websocket_mode_across_nodes(cluster: Cluster) -> None:
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    model = model_of(a)
+    body = {"model": model, "input": "Name a colour.", "instructions": "Be brief."}
+    counted = a.responses.input_tokens.count(**body)  # an API node renders the prompt; no worker involved
+    made = b.responses.create(
+        **body, temperature=0, max_output_tokens=16, include=["message.output_text.logprobs"], top_logprobs=1
+    )
+    assert made.usage is not None and counted.input_tokens == made.usage.input_tokens
+    part = made.output[0].content[0]
+    assert part.logprobs and "".join(token.token for token in part.logprobs) == part.text
+    assert_exact_response(a.responses.retrieve(made.id).model_dump(mode="json"))
+
+    def run(connection: object, **fields: object) -> list[dict]:
+        return socket_exchange(connection, model=model, temperature=0, max_output_tokens=16, **fields)
+
+    with b.responses.connect() as connection:
+        first = assert_well_formed_stream(run(connection, input="My name is Ada.", store=False), union=SOCKET_EVENT)
+        second = assert_well_formed_stream(
+            run(connection, input="What is my name?", store=False, previous_response_id=first["id"]),
+            union=SOCKET_EVENT,
+        )
+        assert second["usage"]["input_tokens"] > first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
+    with a.responses.connect() as other:  # another connection, another node: it was never stored
+        elsewhere = run(other, input="x", store=False, previous_response_id=second["id"])
+        assert elsewhere[0]["error"]["code"] == "previous_response_not_found"
+    # A client that closes its socket cancels its running response on the worker.
+    with b.responses.connect() as connection:
+        connection.response.create(model=model, input=STORY, max_output_tokens=4000, temperature=0.8)
+        response_id = None
+        for event in connection:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.output_text.delta":
+                break
+    assert response_id is not None
+    settled = poll(a, response_id, timeout_s=30)
+    assert settled.status == "cancelled", settled.status
     assert settled.usage is not None and settled.usage.output_tokens < 4000
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from websockets.exceptions import InvalidStatus
 
 from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import SdkClients, ServerProcess, run_cli
+from tests.protocol import socket_exchange
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +87,21 @@ def test_api_keys_make_tenants(database_url: str, log_path: Path, sdk: SdkClient
         with pytest.raises(openai.BadRequestError):
             two.responses.create(model=model, input="x", previous_response_id=mine.id)
         assert one.responses.retrieve(mine.id).id == mine.id
+        with pytest.raises(openai.BadRequestError) as counted:
+            two.responses.input_tokens.count(model=model, input="x", previous_response_id=mine.id)
+        assert counted.value.body["code"] == "previous_response_not_found"
+        # WebSocket mode takes the same keys: the upgrade is refused with the same 401.
+        with pytest.raises(InvalidStatus) as refused, nobody.responses.connect():
+            pass
+        assert refused.value.response.status_code == 401
+        with one.responses.connect() as connection:
+            events = socket_exchange(
+                connection, model=model, input="again", previous_response_id=mine.id, max_output_tokens=16
+            )
+            assert events[-1]["type"] in ("response.completed", "response.incomplete")
+        with two.responses.connect() as connection:
+            events = socket_exchange(connection, model=model, input="x", previous_response_id=mine.id)
+            assert events[0]["error"]["code"] == "previous_response_not_found"
     finally:
         server.stop()
 

@@ -33,7 +33,7 @@ async def test_a_call_in_the_text_becomes_a_function_call_item(client: httpx.Asy
     assert call["type"] == "function_call" and call["name"] == "get_weather" and call["status"] == "completed"
     assert json.loads(call["arguments"]) == {"city": "Paris"}
     assert call["id"].startswith("fc_") and call["call_id"].startswith("call_")
-    assert body["tools"] == [WEATHER]
+    assert body["tools"] == [{**WEATHER, "strict": False}], "echoed with strict a boolean"
 
 
 async def test_function_calls_stream_as_the_sdk_expects(client: httpx.AsyncClient, runner: FakeRunner) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.deps import RuntimeDep, SessionDep, TenantDep
+from app.api.deps import IncludesDep, RuntimeDep, SessionDep, TenantDep
 from app.schemas.conversations import (
     ConversationCreateRequest,
     ConversationItemList,
@@ -17,12 +17,9 @@ from app.schemas.conversations import (
     ItemsCreateRequest,
 )
 from app.services import conversations as service
-from app.services.validation import check_includes, parse_body
+from app.services.validation import parse_body
 
 router = APIRouter()
-
-IncludeQuery = Annotated[list[str] | None, Query()]
-IncludeBracketsQuery = Annotated[list[str] | None, Query(alias="include[]")]
 
 
 @router.post("/conversations")
@@ -56,12 +53,10 @@ async def add_items(
     request: Request,
     runtime: RuntimeDep,
     tenant: TenantDep,
-    include: IncludeQuery = None,
-    include_brackets: IncludeBracketsQuery = None,
+    includes: IncludesDep,
 ) -> ConversationItemList:
-    check_includes(include, include_brackets)
     body = parse_body(await request.body(), ItemsCreateRequest, runtime.settings)
-    return await service.add_items(runtime, conversation_id, tenant, body.items)
+    return await service.add_items(runtime, conversation_id, tenant, body.items, includes=includes)
 
 
 @router.get("/conversations/{conversation_id}/items")
@@ -69,14 +64,14 @@ async def list_items(
     conversation_id: str,
     session: SessionDep,
     tenant: TenantDep,
+    includes: IncludesDep,
     limit: int = 20,
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
-    include: IncludeQuery = None,
-    include_brackets: IncludeBracketsQuery = None,
 ) -> ConversationItemList:
-    check_includes(include, include_brackets)
-    return await service.list_items(session, conversation_id, tenant, limit=limit, order=order, after=after)
+    return await service.list_items(
+        session, conversation_id, tenant, limit=limit, order=order, after=after, includes=includes
+    )
 
 
 @router.get("/conversations/{conversation_id}/items/{item_id}", response_model=None)
@@ -85,11 +80,9 @@ async def get_item(
     item_id: str,
     session: SessionDep,
     tenant: TenantDep,
-    include: IncludeQuery = None,
-    include_brackets: IncludeBracketsQuery = None,
+    includes: IncludesDep,
 ) -> Response:
-    check_includes(include, include_brackets)
-    item = await service.get_item(session, conversation_id, item_id, tenant)
+    item = await service.get_item(session, conversation_id, item_id, tenant, includes=includes)
     return Response(item.model_dump_json(), media_type="application/json")
 
 

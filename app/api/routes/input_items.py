@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
-from app.api.deps import SessionDep, TenantDep
+from app.api.deps import IncludesDep, SessionDep, TenantDep
 from app.schemas.responses import InputItemList
 from app.services.input_items import list_input_items
 
@@ -18,12 +18,11 @@ async def get_input_items(
     response_id: str,
     session: SessionDep,
     tenant: TenantDep,
+    includes: IncludesDep,
     limit: int = 20,
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
-    include: Annotated[list[str] | None, Query()] = None,
-    include_brackets: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> InputItemList:
-    # `include` only matters for item types we do not store yet (reasoning, tool outputs); accepted either way.
-    del include, include_brackets
-    return await list_input_items(session, response_id, tenant, limit=limit, order=order, after=after)
+    return await list_input_items(
+        session, response_id, tenant, limit=limit, order=order, after=after, includes=includes
+    )

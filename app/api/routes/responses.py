@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import RuntimeDep, SessionDep, TenantDep
+from app.api.deps import IncludesDep, RuntimeDep, SessionDep, TenantDep
 from app.api.sse import EventStreamResponse
 from app.schemas.responses import DeletedResponse, ResponseObject
 from app.services import cancellation, preparation, submission
@@ -36,12 +36,13 @@ async def get_response(
     runtime: RuntimeDep,
     session: SessionDep,
     tenant: TenantDep,
+    includes: IncludesDep,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=-1)] = None,
 ) -> ResponseObject | EventStreamResponse:
     if stream:
         return EventStreamResponse(await service.stream_stored_response(runtime, response_id, tenant, starting_after))
-    return await service.get_response(session, response_id, tenant)
+    return await service.get_response(session, response_id, tenant, includes=includes)
 
 
 @router.delete("/responses/{response_id}")

@@ -1,0 +1,177 @@
+"""WebSocket mode in-process with the fake model: the same events as a stream, errors as events on an open
+connection, one response at a time, and the connection's memory of its last unstored response."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient, WebSocketDenialResponse
+
+from app.config import Settings
+from app.main import create_app
+from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
+
+
+def well_formed(events: list[dict]) -> dict:
+    return assert_well_formed_stream(events, union=SOCKET_EVENT)
+
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+
+
+class Setup:
+    def __init__(self, client: TestClient, renderer: FakeRenderer, runner: FakeRunner) -> None:
+        self.client, self.renderer, self.runner = client, renderer, runner
+
+
+@pytest.fixture
+def setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Setup]:
+    marker = request.node.get_closest_marker("settings")
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'ws.db'}",
+        model_id="fake-model",
+        _env_file=None,
+        **(marker.kwargs if marker else {}),
+    )
+    renderer, runner = FakeRenderer(), FakeRunner()
+    with TestClient(create_app(settings, fake_generation(renderer, runner))) as client:
+        yield Setup(client, renderer, runner)
+
+
+def until_terminal(socket: Any) -> list[dict]:
+    events = []
+    while True:
+        event = json.loads(socket.receive_text())
+        events.append(event)
+        if event["type"] in TERMINAL or (event["type"] == "error" and "sequence_number" not in event):
+            return events
+
+
+def create(socket: Any, **fields: object) -> list[dict]:
+    socket.send_text(json.dumps({"type": "response.create", **fields}))
+    return until_terminal(socket)
+
+
+def test_a_response_create_streams_the_same_events_as_sse(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        events = create(socket, input="hello", model="fake-model")
+        final = well_formed(events)
+        assert final["status"] == "completed" and final["output"][0]["content"][0]["text"].startswith("the quick")
+        # The next message on the same connection is answered the same way.
+        again = create(socket, input="again", stream_id="lane-1")
+        assert well_formed(again)["id"] != final["id"]
+        assert {event["stream_id"] for event in again} == {"lane-1"}
+    stored = setup.client.get(f"/v1/responses/{final['id']}").json()
+    assert stored == final
+
+
+def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        socket.send_text("this is not json")
+        error = json.loads(socket.receive_text())
+        assert error["type"] == "error" and error["status"] == 400 and error["error"]["code"] == "invalid_json"
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"type": "response.steer", "input": "x"}, "type"),
+            ({"input": "x"}, "type"),
+            ({"type": "response.create", "input": "x", "background": True}, "background"),
+            ({"type": "response.create", "input": "x", "temperature": 9}, "temperature"),
+            ({"type": "response.create", "input": "x", "generate": False}, "generate"),
+            ({"type": "response.create", "input": "x", "previous_response_id": "resp_gone"}, "previous_response_id"),
+        ]
+        for message, param in cases:
+            socket.send_text(json.dumps({**message, "stream_id": "s"}))
+            error = json.loads(socket.receive_text())
+            assert error["type"] == "error" and error["error"]["param"] == param, error
+            assert set(error["error"]) == {"message", "type", "param", "code"} and error["stream_id"] == "s"
+        assert well_formed(create(socket, input="still here"))["status"] == "completed"
+
+
+def test_store_false_continues_only_on_its_own_connection(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        first = well_formed(create(socket, input="my name is Ada", store=False))
+        second = well_formed(create(socket, input="what is my name", store=False, previous_response_id=first["id"]))
+        seen = [message.content for message in setup.renderer.rendered[-1]]
+        assert seen[0] == "my name is Ada" and seen[-1] == "what is my name" and len(seen) == 3
+        assert second["previous_response_id"] == first["id"]
+        # The chain goes on from the newest response; the older one is no longer held.
+        third = create(socket, input="and again", store=False, previous_response_id=second["id"])
+        assert well_formed(third)["status"] == "completed"
+        assert len(setup.renderer.rendered[-1]) == 5
+        stale = create(socket, input="x", store=False, previous_response_id=first["id"])
+        assert stale[0]["error"]["code"] == "previous_response_not_found"
+        # A stored response cannot continue an unstored one (its chain could not be read back later).
+        fresh = well_formed(create(socket, input="remember", store=False))
+        mixed = create(socket, input="x", previous_response_id=fresh["id"])
+        assert mixed[0]["error"]["param"] == "store"
+        # ...and that failed continuation forgot what it continued.
+        retried = create(socket, input="x", store=False, previous_response_id=fresh["id"])
+        assert retried[0]["error"]["code"] == "previous_response_not_found"
+        last = well_formed(create(socket, input="one more", store=False))
+    with setup.client.websocket_connect("/v1/responses") as other:
+        elsewhere = create(other, input="x", store=False, previous_response_id=last["id"])
+        assert elsewhere[0]["error"]["code"] == "previous_response_not_found"
+
+
+def test_a_failed_generation_is_a_nested_error_event_then_response_failed(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        first = well_formed(create(socket, input="hello", store=False))
+        setup.runner.fail_after = 2
+        socket.send_text(
+            json.dumps({"type": "response.create", "input": "x", "store": False, "previous_response_id": first["id"]})
+        )
+        events = until_terminal(socket)
+        for event in events:
+            SOCKET_EVENT.validate_python(event)
+        error = next(event for event in events if event["type"] == "error")
+        assert error["error"]["message"] == "the fake model broke" and isinstance(error["sequence_number"], int)
+        assert events[-1]["type"] == "response.failed"
+        setup.runner.fail_after = None
+        retried = create(socket, input="x", store=False, previous_response_id=first["id"])
+        assert retried[0]["error"]["code"] == "previous_response_not_found"
+
+
+def test_messages_sent_together_run_one_at_a_time_in_order(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        for index in range(3):
+            socket.send_text(
+                json.dumps({"type": "response.create", "input": f"q{index}", "metadata": {"n": str(index)}})
+            )
+        finals = [well_formed(until_terminal(socket)) for _ in range(3)]
+    assert [final["metadata"]["n"] for final in finals] == ["0", "1", "2"]
+
+
+def test_closing_the_socket_cancels_the_running_response(setup: Setup) -> None:
+    setup.runner.delay_s = 0.05
+    setup.runner.reply = [f"w{index}" for index in range(400)]
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        socket.send_text(json.dumps({"type": "response.create", "input": "long story"}))
+        while json.loads(socket.receive_text())["type"] != "response.output_text.delta":
+            pass
+        response_id = setup.runner.jobs[-1].response_id
+    deadline = time.monotonic() + 10
+    stored = setup.client.get(f"/v1/responses/{response_id}").json()
+    while stored["status"] == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        stored = setup.client.get(f"/v1/responses/{response_id}").json()
+    assert stored["status"] == "cancelled" and setup.runner.runs[response_id].cancelled
+    assert stored["usage"]["output_tokens"] < 400
+
+
+@pytest.mark.settings(api_keys=["k1"])
+def test_the_upgrade_needs_the_same_key_as_http(setup: Setup) -> None:
+    for headers in ({}, {"authorization": "Bearer wrong"}):
+        with (
+            pytest.raises(WebSocketDenialResponse) as denied,
+            setup.client.websocket_connect("/v1/responses", headers=headers),
+        ):
+            pass
+        assert denied.value.status_code == 401
+        assert denied.value.json()["error"]["type"] == "authentication_error"
+    with setup.client.websocket_connect("/v1/responses", headers={"authorization": "Bearer k1"}) as socket:
+        assert well_formed(create(socket, input="hi"))["status"] == "completed"
