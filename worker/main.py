@@ -8,7 +8,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from arq import func
+from arq import cron, func
 from arq.constants import job_key_prefix
 from arq.jobs import Job, JobStatus
 from arq.worker import Worker
@@ -26,6 +26,7 @@ from app.queue.arq_backend import (
     WORKER_KEY_PATTERN,
     ArqQueue,
     affinity_owner_key,
+    job_holder_key,
     redis_settings,
     worker_key,
     worker_queue,
@@ -35,6 +36,7 @@ from app.queue.local_runner import LocalRunner
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.recovery import LOST_GENERATION_ERROR
+from app.services.retention import prune_finished_events
 
 logger = logging.getLogger("llama_responses.worker")
 
@@ -54,7 +56,12 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
         # This worker's prefix cache is about to hold the prompt: send the next job with this key here. Set
         # before the response can complete, so a client chaining at once is already routed by it.
         await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
-    await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
+    # Who runs this job, for an API node relaying a `store: false` stream to notice if this worker dies.
+    await ctx["redis"].set(job_holder_key(job.response_id), ctx["worker_id"], ex=JOB_TIMEOUT_S)
+    try:
+        await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
+    finally:
+        await ctx["redis"].delete(job_holder_key(job.response_id))
 
 
 def _job_options(max_jobs: int) -> dict[str, Any]:
@@ -166,6 +173,11 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["engine"].dispose()
 
 
+async def prune_events(ctx: dict[str, Any]) -> None:
+    """arq cron: one worker at a time prunes finished background streams' events past their retention."""
+    await prune_finished_events(ctx["sessionmaker"], ctx["settings"].events_retention_hours)
+
+
 def worker_settings(settings: Settings) -> dict[str, Any]:
     """arq's WorkerSettings, as keyword arguments for arq.worker.run_worker."""
     assert settings.redis_url is not None
@@ -174,5 +186,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
         "queue_name": QUEUE_NAME,
+        # Every 10 minutes (arq runs each cron job once per tick across workers).
+        "cron_jobs": [cron(prune_events, minute=set(range(0, 60, 10)), run_at_startup=True)],
         **_job_options(concurrency(settings)),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
+from arq.constants import job_key_prefix
 
 from app.config import Settings
 from app.queue.base import GenerationJob
@@ -26,6 +27,11 @@ def worker_key(worker_id: str) -> str:
 def worker_queue(worker_id: str) -> str:
     """A worker's own queue, for jobs sent to it by affinity; it takes from the shared queue too."""
     return f"{QUEUE_NAME}:{worker_id}"
+
+
+def job_holder_key(response_id: str) -> str:
+    """The id of the worker running this response's job, set while it runs."""
+    return f"{KEY_PREFIX}:holder:{response_id}"
 
 
 def affinity_owner_key(affinity_key: str) -> str:
@@ -70,6 +76,16 @@ class ArqQueue:
         async for _ in self.pool.scan_iter(match=WORKER_KEY_PATTERN, count=100):
             return True
         return False
+
+    async def ping(self) -> None:
+        await self.pool.ping()
+
+    async def job_alive(self, response_id: str) -> bool:
+        # arq keeps a job's key from enqueue until the job ends; the holder key names who runs it.
+        if not await self.pool.exists(job_key_prefix + response_id):
+            return False
+        holder = await self.pool.get(job_holder_key(response_id))
+        return holder is None or bool(await self.pool.exists(worker_key(holder.decode())))
 
     async def close(self) -> None:
         await self.pool.aclose()

@@ -16,12 +16,15 @@ class InProcessQueue:
         self.runner = runner
         self.sessionmaker = sessionmaker
         self.bus = MemoryBus()
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: The running jobs by response id (a job's events can only come from its task).
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def enqueue(self, job: GenerationJob) -> None:
+        if job.response_id in self._tasks:
+            return  # one response is generated once, as with arq's job ids
         task = asyncio.create_task(execute_job(job, self.runner, self.sessionmaker, self.bus))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[job.response_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(job.response_id, None))
 
     async def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)
@@ -29,8 +32,15 @@ class InProcessQueue:
     async def workers_alive(self) -> bool:
         return True
 
+    async def ping(self) -> None:
+        return None
+
+    async def job_alive(self, response_id: str) -> bool:
+        return response_id in self._tasks
+
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.runner.close()

@@ -45,6 +45,7 @@ class JobExecution:
             leading_items=job.leading_items,
             logprobs=job.sampling.top_logprobs is not None,
             parallel_tool_calls=job.parallel_tool_calls,
+            announced=job.announced,
         )
 
     async def _claim(self) -> bool:
