@@ -43,3 +43,18 @@ async def cancel_response(runtime: Runtime, response_id: str, tenant: str) -> Re
                 )
                 continue
         await asyncio.sleep(CANCEL_POLL_S)
+
+
+async def stop_response(runtime: Runtime, response_id: str) -> None:
+    """Stop a response's generation, whatever started it (DELETE of a running response): cancelled if still
+    queued, else signalled; waits until it ended (at most CANCEL_WAIT_S) so that nothing writes to it after."""
+    async with runtime.sessionmaker() as session, session.begin():
+        await repository.transition(session, response_id, from_statuses=("queued",), values={"status": "cancelled"})
+    await runtime.queue.cancel(response_id)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        async with runtime.sessionmaker() as session:
+            status = await repository.get_status(session, response_id)
+        if status is None or status in TERMINAL_STATUSES:
+            return
+        await asyncio.sleep(CANCEL_POLL_S)
