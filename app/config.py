@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         "decrypt). Default: a random key generated once and kept in the database.",
     )
 
+    events_retention_hours: float = Field(
+        24.0,
+        ge=0,
+        description="How long a finished background stream's events are kept for replay (GET ?stream=true); "
+        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever.",
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

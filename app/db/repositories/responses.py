@@ -165,3 +165,23 @@ async def queued_jobs(session: AsyncSession, *, created_before: datetime) -> lis
         ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
     )
     return [job for job in (await session.execute(query)).scalars() if job is not None]
+
+
+async def prune_events(session: AsyncSession, *, ended_before: datetime, statuses: Iterable[str], limit: int) -> int:
+    """Delete the stored events of up to `limit` responses in `statuses` last updated before `ended_before`;
+    returns how many responses. Every stored stream has an event 0, found through the events' primary key: the
+    scan covers only the events still kept, not every response."""
+    ids = (
+        select(ResponseEventRow.response_id)
+        .join(ResponseRow, ResponseRow.id == ResponseEventRow.response_id)
+        .where(
+            ResponseEventRow.sequence_number == 0,
+            ResponseRow.status.in_(list(statuses)),
+            ResponseRow.updated_at < ended_before,
+        )
+        .limit(limit)
+    )
+    found = list((await session.execute(ids)).scalars())
+    if found:
+        await session.execute(delete(ResponseEventRow).where(ResponseEventRow.response_id.in_(found)))
+    return len(found)
