@@ -116,6 +116,9 @@ class FakeRunner:
         self.runs[job.response_id] = run
         return run
 
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(character) for character in text]
+
     def cancel(self, response_id: str) -> None:
         if response_id in self.runs:
             self.runs[response_id].cancel()

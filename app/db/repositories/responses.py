@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, delete, literal, select, update
@@ -151,17 +150,3 @@ async def get_by_id(session: AsyncSession, response_id: str) -> ResponseRow | No
 async def get_status(session: AsyncSession, response_id: str) -> str | None:
     query = select(ResponseRow.status).where(ResponseRow.id == response_id)
     return (await session.execute(query)).scalar_one_or_none()
-
-
-async def fail_stale(session: AsyncSession, *, heartbeat_before: datetime, error: dict[str, Any]) -> int:
-    """Fail in-progress responses whose worker stopped beating; returns how many."""
-    values = {"status": "failed", "error": error}
-    return await _update_while_status(session, ("in_progress",), values, ResponseRow.heartbeat_at < heartbeat_before)
-
-
-async def queued_jobs(session: AsyncSession, *, created_before: datetime) -> list[dict[str, Any]]:
-    """The stored jobs of responses still queued since before `created_before`."""
-    query = select(ResponseRow.job).where(
-        ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
-    )
-    return [job for job in (await session.execute(query)).scalars() if job is not None]
