@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -131,18 +132,20 @@ async def _run_own_queue(ctx: dict[str, Any]) -> None:
 
 
 async def supervise(name: str, task: Callable[[], Awaitable[None]]) -> None:
-    """Run `task` for ever: when it fails (or ends), log it and start it again after a growing pause."""
+    """Run `task` for ever: when it fails (or ends), log it and start it again after a pause that grows while
+    it keeps failing and starts small again once it has run a while."""
     backoff_s = RESTART_BACKOFF_S[0]
     while True:
+        started = time.monotonic()
         try:
             await task()
             logger.warning("%s ended; starting it again in %.1f s", name, backoff_s)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            logger.warning(
-                "%s failed (%s: %s); starting it again in %.1f s", name, type(error).__name__, error, backoff_s
-            )
+            logger.warning("%s failed (%r); starting it again in %.1f s", name, error, backoff_s)
+        if time.monotonic() - started > RESTART_BACKOFF_S[1]:
+            backoff_s = RESTART_BACKOFF_S[0]
         await asyncio.sleep(backoff_s)
         backoff_s = min(backoff_s * 2, RESTART_BACKOFF_S[1])
 

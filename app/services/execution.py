@@ -178,11 +178,22 @@ class JobExecution:
                 logger.warning("could not renew the lease of %s (%s); trying again", self.job.response_id, error)
                 continue
             if not held:
-                logger.warning("lost the lease of %s: stopping its generation", self.job.response_id)
+                logger.warning(
+                    "lost the lease of %s: stopping its generation (%s)", self.job.response_id, await self._holder()
+                )
                 generation.cancel()
                 return
             if cancel:
                 generation.cancel()
+
+    async def _holder(self) -> str:
+        """Who has the response now, for the log."""
+        with contextlib.suppress(Exception):
+            async with self.sessionmaker() as session:
+                row = await repository.get_by_id(session, self.job.response_id)
+                if row is not None:
+                    return f"{row.status}, lease {row.lease_owner} until {row.lease_expires_at}, try {row.attempts}"
+        return "unknown"
 
     async def _cancel_stored(self) -> bool:
         """A cancel stored between the claim and now (its signal may have found no generation to stop)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ResponseEventRow, ResponseRow
@@ -53,7 +53,7 @@ async def claim(
         "attempts": ResponseRow.attempts + 1,
     }
     if not keep_job:
-        values["job"] = None
+        values["job"] = null()  # SQL NULL: a JSON column would store None as the JSON value null
     if not await _update(session, values, ResponseRow.id == response_id, _unheld(now)):
         return None
     row = await session.get(ResponseRow, response_id, populate_existing=True)
@@ -83,13 +83,13 @@ async def renew(
 
 async def finish_held(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
     """The final state of a response whose job `owner` still holds; the job and its progress are dropped."""
-    final = {**values, "job": None, "progress": None, "lease_expires_at": None}
+    final = {**values, "job": null(), "progress": null(), "lease_expires_at": None}
     return await _update(session, final, ResponseRow.id == response_id, _held_by(owner))
 
 
 async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, values: dict[str, Any]) -> bool:
     """End a response nobody holds (queued, or its lease expired): a cancel, or a reconciler's verdict."""
-    final = {**values, "job": None, "progress": None, "lease_expires_at": None}
+    final = {**values, "job": null(), "progress": null(), "lease_expires_at": None}
     return await _update(session, final, ResponseRow.id == response_id, _unheld(now))
 
 
