@@ -52,8 +52,8 @@ class Cluster:
     def client(self, node: ServerProcess) -> openai.OpenAI:
         return self.clients(node.base_url)
 
-    def new_worker(self, name: str) -> ServerProcess:
-        worker = ServerProcess(self.env(), self.logs / f"{name}.log", command=["worker"]).start()
+    def new_worker(self, name: str, **env: str) -> ServerProcess:
+        worker = ServerProcess({**self.env(), **env}, self.logs / f"{name}.log", command=["worker"]).start()
         self.workers.append(worker)
         return worker
 
@@ -321,23 +321,25 @@ def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tm
 
 def test_a_worker_killed_mid_job_is_taken_over_in_time(cluster: Cluster) -> None:
     a = cluster.client(cluster.api_a)
-    doomed = cluster.new_worker("doomed")
+    # Short leases, so that the takeover (not the lease) is what this measures; the defaults add ~15 s.
+    fast = {"RESPONSES_LEASE_S": "3", "RESPONSES_RECONCILE_INTERVAL_S": "1"}
+    doomed = cluster.new_worker("doomed", **fast)
     try:
         cluster.worker.kill()  # only the doomed worker is left to take the job
         wait_until_ready(cluster.api_a.base_url)
         created = a.responses.create(
-            model=model_of(a), input=STORY, background=True, max_output_tokens=100, temperature=0
+            model=model_of(a), input=STORY, background=True, max_output_tokens=48, temperature=0
         )
         deadline = time.monotonic() + 30
         while a.responses.retrieve(created.id).status != "in_progress" and time.monotonic() < deadline:
             time.sleep(0.05)
         doomed.kill()
         killed_at = time.monotonic()
-        cluster.worker = cluster.new_worker("worker-2")
+        cluster.worker = cluster.new_worker("worker-2", **fast)
         settled = poll(a, created.id, timeout_s=RECOVERY_BOUND_S + 10)
         recovery_s = time.monotonic() - killed_at
         print(f"\nworker SIGKILL -> response taken over and {settled.status} in {recovery_s:.1f} s")
-        # Its lease (15 s) expires, the new worker's reconciliation enqueues it again and it continues.
+        # Its lease expires, the new worker's reconciliation enqueues it again and it continues.
         assert settled.status in ("completed", "incomplete") and settled.error is None, settled.error
         assert recovery_s <= RECOVERY_BOUND_S
     finally:
