@@ -101,6 +101,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Runs a background job gets (the first, then takeovers after its worker died) before it is failed.",
     )
+    events_retention_hours: float = Field(
+        24.0,
+        ge=0,
+        description="How long a finished background stream's events are kept for replay (GET ?stream=true); "
+        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever.",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

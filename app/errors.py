@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,50 @@ def _server_error(error: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=500)
 
 
+#: SQLSTATE classes of a database that is (re)starting, stopping or unreachable: 08 connection exception,
+#: 53 insufficient resources (too many connections), 57 operator intervention (cannot_connect_now, admin_shutdown).
+OUTAGE_SQLSTATE_CLASSES = ("08", "53", "57")
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The error, what it wraps (DBAPIError.orig, __cause__, __context__) and an exception group's members."""
+    seen: list[BaseException] = []
+    pending = [error]
+    while pending and len(seen) < 32:
+        current = pending.pop()
+        if any(current is known for known in seen):
+            continue
+        seen.append(current)
+        pending.extend(
+            linked
+            for linked in (getattr(current, "orig", None), current.__cause__, current.__context__)
+            if isinstance(linked, BaseException)
+        )
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return seen
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether `error` means a backing service (database, Redis) is down or restarting, not a bug: a 503."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError | RedisConnectionError | RedisTimeoutError | PoolTimeoutError):
+            return True
+        if isinstance(cause, OperationalError | InterfaceError):
+            return True
+        if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+            return True
+        sqlstate = getattr(cause, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in OUTAGE_SQLSTATE_CLASSES:
+            return True
+    return False
+
+
+def _unavailable(error: BaseException) -> JSONResponse:
+    logger.warning("a backing service is unavailable: %s", error)
+    return _render(ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable"))
+
+
 def _param_from_location(location: tuple[Any, ...]) -> str | None:
     """Turn pydantic's loc into an OpenAI param path: ('body', 'input', 0, 'role') -> input[0].role."""
     parts = [part for part in location if part not in ("body", "query", "path", "header")]
@@ -132,7 +177,7 @@ def register_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(_: Request, error: DBAPIError) -> JSONResponse:
-        if not error.connection_invalidated and not isinstance(error, OperationalError | InterfaceError):
+        if not is_outage(error):
             return _server_error(error)
         logger.warning("database unavailable: %s", error)
         return _render(
@@ -147,9 +192,9 @@ def register_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OSError)
     async def _unreachable(_: Request, error: OSError) -> JSONResponse:
-        logger.warning("a backing service is unreachable: %s", error)
-        return _render(ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable"))
+        return _unavailable(error)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, error: Exception) -> JSONResponse:
-        return _server_error(error)
+        # An outage can surface wrapped (a pool timeout, asyncpg's CannotConnectNowError, an exception group).
+        return _unavailable(error) if is_outage(error) else _server_error(error)

@@ -18,7 +18,9 @@ from app.errors import register_error_handlers
 from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
 from app.runtime import Runtime
+from app.services.periodic import run_periodically
 from app.services.recovery import fail_unfinished_responses
+from app.services.retention import PRUNE_INTERVAL_S, prune_finished_events
 from app.services.sealing import load_sealer
 
 logger = logging.getLogger(__name__)
@@ -80,14 +82,25 @@ def create_app(
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),
         )
+        maintenance: list[asyncio.Task[None]] = []
         if settings.embedded:
             # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost.
             orphans = await fail_unfinished_responses(app.state.runtime)
             if orphans:
                 logger.warning("marked %d responses left unfinished by a previous run as failed", orphans)
+            # Distributed mode prunes on the workers (an arq cron job); here, this process does.
+            prune = run_periodically(
+                "pruning events",
+                PRUNE_INTERVAL_S,
+                lambda: prune_finished_events(sessionmaker, settings.events_retention_hours),
+            )
+            maintenance.append(asyncio.create_task(prune))
         try:
             yield
         finally:
+            for task in maintenance:
+                task.cancel()
+            await asyncio.gather(*maintenance, return_exceptions=True)
             await queue.close()
             await engine.dispose()
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from arq import func
+from arq import cron, func
 from arq.worker import Worker
 
 from app.config import Settings
@@ -28,6 +28,7 @@ from app.queue.arq_backend import (
     QUEUE_NAME,
     ArqQueue,
     affinity_owner_key,
+    job_holder_key,
     redis_settings,
     register_worker,
     unregister_worker,
@@ -38,6 +39,7 @@ from app.queue.local_runner import LocalRunner
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.recovery import Reconciler, RecoveryPolicy
+from app.services.retention import prune_finished_events
 
 logger = logging.getLogger("llama_responses.worker")
 
@@ -73,10 +75,17 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
         # before the response can complete, so a client chaining at once is already routed by it.
         with contextlib.suppress(Exception):
             await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
+    # Who runs this job, for an API node relaying a `store: false` stream to notice if this worker dies.
+    with contextlib.suppress(Exception):
+        await ctx["redis"].set(job_holder_key(job.response_id), ctx["worker_id"], ex=JOB_TIMEOUT_S)
     settings: Settings = ctx["settings"]
-    await execute_job(
-        job, ctx["runner"], ctx["sessionmaker"], ctx["bus"], owner=ctx["worker_id"], lease_s=settings.lease_s
-    )
+    try:
+        await execute_job(
+            job, ctx["runner"], ctx["sessionmaker"], ctx["bus"], owner=ctx["worker_id"], lease_s=settings.lease_s
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            await ctx["redis"].delete(job_holder_key(job.response_id))
 
 
 def _job_options(max_jobs: int) -> dict[str, Any]:
@@ -180,6 +189,11 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["engine"].dispose()
 
 
+async def prune_events(ctx: dict[str, Any]) -> None:
+    """arq cron: one worker at a time prunes finished background streams' events past their retention."""
+    await prune_finished_events(ctx["sessionmaker"], ctx["settings"].events_retention_hours)
+
+
 def worker_settings(settings: Settings) -> dict[str, Any]:
     """arq's Worker arguments."""
     assert settings.redis_url is not None
@@ -188,5 +202,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
         "queue_name": QUEUE_NAME,
+        # Every 10 minutes (arq runs each cron job once per tick across workers).
+        "cron_jobs": [cron(prune_events, minute=set(range(0, 60, 10)), run_at_startup=True)],
         **_job_options(concurrency(settings)),
     }

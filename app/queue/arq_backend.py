@@ -28,6 +28,11 @@ def worker_queue(worker_id: str) -> str:
     return f"{QUEUE_NAME}:{worker_id}"
 
 
+def job_holder_key(response_id: str) -> str:
+    """The id of the worker running this response's job, set while it runs."""
+    return f"{KEY_PREFIX}:holder:{response_id}"
+
+
 def affinity_owner_key(affinity_key: str) -> str:
     return f"{KEY_PREFIX}:affinity:{affinity_key}"
 
@@ -103,6 +108,16 @@ class ArqQueue:
     async def workers_alive(self) -> bool:
         """One sorted-set count, whatever the size of the keyspace."""
         return bool(await self.pool.zcount(WORKERS_KEY, time.time(), "+inf"))
+
+    async def ping(self) -> None:
+        await self.pool.ping()
+
+    async def job_alive(self, response_id: str) -> bool:
+        # arq keeps a job's key from enqueue until the job ends; the holder key names who runs it.
+        if not await self.pool.exists(job_key_prefix + response_id):
+            return False
+        holder = await self.pool.get(job_holder_key(response_id))
+        return holder is None or await self._is_alive(holder.decode())
 
     async def close(self) -> None:
         await self.pool.aclose()

@@ -44,6 +44,9 @@ class GenerationJob:
     conversation_input: list[dict[str, Any]] = field(default_factory=list)
     #: Output items that exist before the model speaks (a compaction item): sent first, kept first.
     leading_items: list[dict[str, Any]] = field(default_factory=list)
+    #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
+    #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
+    announced: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,5 +116,12 @@ class GenerationQueue(Protocol):
         """The job is queued or running here (False when the queue lost it)."""
 
     async def workers_alive(self) -> bool: ...
+
+    async def ping(self) -> None:
+        """Raise if the queue's backing store (Redis) cannot be reached."""
+
+    async def job_alive(self, response_id: str) -> bool:
+        """Whether the job is still queued or held by a live worker: False once nothing can produce its events
+        (its worker died, or it was lost with Redis). How a `store: false` stream learns that it will not end."""
 
     async def close(self) -> None: ...

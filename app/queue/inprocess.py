@@ -44,6 +44,12 @@ class InProcessQueue:
     async def workers_alive(self) -> bool:
         return True
 
+    async def ping(self) -> None:
+        return None
+
+    async def job_alive(self, response_id: str) -> bool:
+        return response_id in self._tasks
+
     async def close(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()

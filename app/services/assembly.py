@@ -52,6 +52,16 @@ from app.services.token_logprobs import TokenLogprobs
 
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}
+#: What the API sends of a background stream before any worker takes its job.
+OPENING_EVENT_TYPES = ("response.created", "response.queued")
+
+
+def opening_events(response: ResponseObject) -> list[ResponseLifecycleEvent]:
+    """`response.created` and `response.queued` of a queued response, sequence numbers 0 and 1."""
+    return [
+        ResponseLifecycleEvent(type=kind, sequence_number=number, response=response.model_copy(deep=True))
+        for number, kind in enumerate(OPENING_EVENT_TYPES)
+    ]
 
 
 class ResponseAssembler:
@@ -74,6 +84,7 @@ class ResponseAssembler:
         logprobs: bool = False,
         parallel_tool_calls: bool = True,
         ids: Callable[[str], str] = new_id,
+        announced: bool = False,
     ) -> None:
         self.response = response
         #: Where item and call ids come from: a takeover replays the ids the first run gave out.
@@ -86,7 +97,9 @@ class ResponseAssembler:
         self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
         self._logprobs = TokenLogprobs() if logprobs else None
         self._parallel_tool_calls = parallel_tool_calls
-        self._sequence = 0
+        #: The API sent the opening events (see `opening_events`): ours follow them.
+        self._announced = announced
+        self._sequence = len(OPENING_EVENT_TYPES) if announced else 0
         self._raw = ""  # everything the model said
         self._phase = "undecided" if reasoning_tags else "answer"
         self._reasoning: StoredReasoning | None = None
@@ -107,7 +120,8 @@ class ResponseAssembler:
         return ResponseLifecycleEvent(type=f"response.{kind}", sequence_number=self._next(), response=snapshot)
 
     def start(self) -> list[ResponseEvent]:
-        events: list[ResponseEvent] = [self._lifecycle("created"), self._lifecycle("in_progress")]
+        events: list[ResponseEvent] = [] if self._announced else [self._lifecycle("created")]
+        events.append(self._lifecycle("in_progress"))
         for index, item in enumerate(self._leading):
             for kind in ("response.output_item.added", "response.output_item.done"):
                 events.append(OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item))

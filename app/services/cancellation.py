@@ -11,6 +11,7 @@ import logging
 import time
 
 from app.db.base import utc_now
+from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
@@ -43,6 +44,26 @@ async def request_cancellation(runtime: Runtime, response_id: str) -> None:
         )
 
 
+async def _wait_for_end(runtime: Runtime, response_id: str) -> ResponseRow | None:
+    """The row once the response has ended, or as it is after about a lease (its worker still holds it);
+    None when it is gone."""
+    deadline = time.monotonic() + runtime.settings.lease_s + CANCEL_WAIT_SLACK_S
+    next_lease_check = time.monotonic() + LEASE_CHECK_S
+    while True:
+        async with runtime.sessionmaker() as session:
+            row = await repository.get_by_id(session, response_id)
+        if row is None or row.status in TERMINAL_STATUSES or time.monotonic() > deadline:
+            # NOTE: past the deadline the response is returned as it is, not marked cancelled: only the worker
+            # holding the job (or, once its lease expires, reconciliation) may end it, so GET never disagrees
+            # with what the generation does.
+            return row
+        if time.monotonic() > next_lease_check:
+            # The worker may have died: once its lease expires nobody else would end the response.
+            await end_response(runtime.sessionmaker, runtime.queue.bus, response_id, status="cancelled")
+            next_lease_check = time.monotonic() + LEASE_CHECK_S
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
 async def cancel_response(runtime: Runtime, response_id: str, tenant: str) -> ResponseObject:
     async with runtime.sessionmaker() as session, session.begin():
         row = await repository.get_response(session, response_id, tenant)
@@ -53,20 +74,14 @@ async def cancel_response(runtime: Runtime, response_id: str, tenant: str) -> Re
         if row.status in ("completed", "failed", "incomplete"):
             raise InvalidRequest(f"Cannot cancel a {row.status} response.", param="response_id", code="invalid_value")
     await request_cancellation(runtime, response_id)
-    deadline = time.monotonic() + runtime.settings.lease_s + CANCEL_WAIT_SLACK_S
-    next_lease_check = time.monotonic() + LEASE_CHECK_S
-    while True:
-        async with runtime.sessionmaker() as session:
-            row = await repository.get_response(session, response_id, tenant)
-        if row is None:
-            raise response_not_found(response_id)
-        if row.status in TERMINAL_STATUSES or time.monotonic() > deadline:
-            # NOTE: past the deadline the response is returned as it is, not marked cancelled: only the worker
-            # holding the job (or, once its lease expires, reconciliation) may end it, so GET never disagrees
-            # with what the generation does.
-            return response_from_row(row)
-        if time.monotonic() > next_lease_check:
-            # The worker may have died: once its lease expires nobody else would end the response.
-            await end_response(runtime.sessionmaker, runtime.queue.bus, response_id, status="cancelled")
-            next_lease_check = time.monotonic() + LEASE_CHECK_S
-        await asyncio.sleep(CANCEL_POLL_S)
+    ended = await _wait_for_end(runtime, response_id)
+    if ended is None:
+        raise response_not_found(response_id)
+    return response_from_row(ended)
+
+
+async def stop_response(runtime: Runtime, response_id: str) -> None:
+    """Stop a response's generation, whatever started it (DELETE of a running response): the cancel is stored,
+    then this waits until the response ended (at most about a lease) so that nothing writes to it after."""
+    await request_cancellation(runtime, response_id)
+    await _wait_for_end(runtime, response_id)

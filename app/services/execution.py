@@ -77,6 +77,7 @@ class JobExecution:
             logprobs=job.sampling.top_logprobs is not None,
             parallel_tool_calls=job.parallel_tool_calls,
             ids=self.ids,
+            announced=job.announced,
         )
 
     def _lease_until(self) -> datetime:

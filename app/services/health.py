@@ -1,8 +1,9 @@
-"""Readiness: the database answers, the queue answers, and something can generate."""
+"""Readiness of an API node (its database and queue answer) and, apart from it, whether workers are there."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import text
@@ -18,13 +19,38 @@ async def _database(runtime: Runtime) -> bool:
     return True
 
 
+async def _queue(runtime: Runtime) -> bool:
+    await runtime.queue.ping()
+    return True
+
+
+async def _workers(runtime: Runtime) -> bool:
+    return await runtime.queue.workers_alive()
+
+
+async def _check(runtime: Runtime, name: str, check: Callable[[Runtime], Awaitable[bool]]) -> dict[str, Any]:
+    try:
+        return {name: bool(await asyncio.wait_for(check(runtime), READY_CHECK_TIMEOUT_S))}
+    except Exception as error:
+        return {name: False, f"{name}_error": str(error) or type(error).__name__}
+
+
 async def readiness(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
+    """Ready when what this node itself needs answers: the database and the queue (Redis).
+
+    NOTE: workers are reported, not required: a node without workers still serves reads, cancels and background
+    creates (they wait in the queue), so an orchestrator must not take every API node out of service when the
+    workers are down. Foreground creates are refused with a 503 then (submission checks per request).
+    """
     checks: dict[str, Any] = {}
-    for name, check in (("database", _database), ("workers", lambda runtime: runtime.queue.workers_alive())):
-        try:
-            checks[name] = bool(await asyncio.wait_for(check(runtime), READY_CHECK_TIMEOUT_S))
-        except Exception as error:
-            checks[name] = False
-            checks[f"{name}_error"] = str(error) or type(error).__name__
-    ready = checks["database"] and checks["workers"]
+    for name, check in (("database", _database), ("queue", _queue), ("workers", _workers)):
+        checks.update(await _check(runtime, name, check))
+    ready = bool(checks["database"] and checks["queue"])
     return ready, {"status": "ready" if ready else "not ready", "checks": checks}
+
+
+async def worker_availability(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
+    """Whether a worker can take a foreground generation now (always, in embedded mode), per served model."""
+    checked = await _check(runtime, "workers", _workers)
+    available = bool(checked["workers"])
+    return available, {"status": "available" if available else "unavailable", "models": {runtime.model_id: checked}}

@@ -338,6 +338,7 @@ async def prepare_response(
         response=response.model_dump(mode="json"),
         store=params.store,
         keep_events=params.background and bool(request.stream),
+        announced=params.background and bool(request.stream),
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=context.reasoning_tags,

@@ -10,7 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.runtime import Runtime
-from app.schemas.responses import DeletedResponse, ResponseObject
+from app.schemas.responses import TERMINAL_STATUSES, DeletedResponse, ResponseObject
+from app.services.cancellation import stop_response
 from app.services.includes import with_includes
 from app.services.snapshots import response_from_row
 from app.services.streams import relay_events
@@ -47,7 +48,15 @@ async def stream_stored_response(
     return relay_events(runtime, response_id, subscription, after=after, replay=True, stored=True, cancel_on_exit=False)
 
 
-async def delete_response(session: AsyncSession, response_id: str, tenant: str) -> DeletedResponse:
-    if not await repository.delete_response(session, response_id, tenant):
+async def delete_response(runtime: Runtime, response_id: str, tenant: str) -> DeletedResponse:
+    """A running response is cancelled first: its generation stops rather than go on for a response that is gone."""
+    async with runtime.sessionmaker() as session:
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
         raise response_not_found(response_id)
+    if row.status not in TERMINAL_STATUSES:
+        await stop_response(runtime, response_id)
+    async with runtime.sessionmaker() as session, session.begin():
+        if not await repository.delete_response(session, response_id, tenant):
+            raise response_not_found(response_id)
     return DeletedResponse(id=response_id)

@@ -1,18 +1,24 @@
-"""Relaying one response's events to a client: stored ones first (replay), then live ones, each exactly once."""
+"""Relaying one response's events to a client: stored ones first (replay), then live ones, each exactly once, and
+always up to a terminal event: from the generation, else built from the stored row (or, for an unstored
+response whose job died, a `response.failed`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
 from app.db.repositories import responses as repository
+from app.errors import is_outage
 from app.queue.base import Subscription
 from app.runtime import Runtime
-from app.schemas.events import ResponseLifecycleEvent
-from app.schemas.responses import TERMINAL_STATUSES
+from app.schemas.events import ErrorEvent, ResponseLifecycleEvent
+from app.schemas.responses import TERMINAL_STATUSES, ResponseError, ResponseObject
 from app.services.snapshots import response_from_row
+
+logger = logging.getLogger(__name__)
 
 # NOTE: `response.cancelled` is not in the SDK's event union; it ends the stream of a cancelled background response.
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
@@ -21,6 +27,10 @@ LIVE_POLL_S = 1.0
 #: How long a live stream waits, once the database says the response has ended, for the events that the
 #: executor publishes right after committing the final state.
 TERMINAL_GRACE_S = 5.0
+#: An unstored response's job found gone this many polls in a row ends its stream as failed (more than one: its
+#: last events may still be on their way when its job's record goes).
+DEAD_JOB_POLLS = 2
+LOST_JOB_MESSAGE = "The worker generating this response stopped before it finished."
 
 
 async def _stored_events(runtime: Runtime, response_id: str, after: int) -> list[dict[str, Any]]:
@@ -29,21 +39,51 @@ async def _stored_events(runtime: Runtime, response_id: str, after: int) -> list
 
 
 async def _has_ended(runtime: Runtime, response_id: str) -> bool:
-    async with runtime.sessionmaker() as session:
-        status = await repository.get_status(session, response_id)
+    """Ended or gone; False too while the database cannot say (an outage): the relay asks again later."""
+    try:
+        async with runtime.sessionmaker() as session:
+            status = await repository.get_status(session, response_id)
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        return False
     return status is None or status in TERMINAL_STATUSES
 
 
-async def _stored_terminal_event(runtime: Runtime, response_id: str, sequence_number: int) -> dict[str, Any] | None:
-    """A terminal event built from the stored final state, for a stream whose live terminal event never came."""
+async def _closing_event(runtime: Runtime, response_id: str, sequence_number: int) -> dict[str, Any]:
+    """The terminal event the stored row stands for, for a stream whose own terminal event never came (a
+    reconciler ended it, its events were pruned, a live one was lost); an `error` event if it was deleted."""
     async with runtime.sessionmaker() as session:
         row = await repository.get_by_id(session, response_id)
     if row is None or row.status not in TERMINAL_STATUSES:
-        return None
+        gone = ErrorEvent(
+            sequence_number=sequence_number, code="response_not_found", message="This response was deleted."
+        )
+        return gone.model_dump(mode="json")
     event = ResponseLifecycleEvent(
         type=f"response.{row.status}", sequence_number=sequence_number, response=response_from_row(row)
     )
     return event.model_dump(mode="json")
+
+
+def _job_lost_events(snapshot: ResponseObject, sequence_number: int) -> list[dict[str, Any]]:
+    """`error` then `response.failed`, for an unstored response whose job can no longer finish."""
+    failed = snapshot.model_copy(deep=True)
+    failed.status = "failed"
+    failed.error = ResponseError(code="server_error", message=LOST_JOB_MESSAGE)
+    error = ErrorEvent(sequence_number=sequence_number, code="server_error", message=LOST_JOB_MESSAGE)
+    terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number + 1, response=failed)
+    return [error.model_dump(mode="json"), terminal.model_dump(mode="json")]
+
+
+async def _finish_from_store(runtime: Runtime, response_id: str, last: int) -> AsyncIterator[dict[str, Any]]:
+    """The rest of a stored stream whose response has ended: its stored events, then a terminal one if none is."""
+    for event in await _stored_events(runtime, response_id, last):
+        yield event
+        last = event["sequence_number"]
+        if event["type"] in TERMINAL_EVENT_TYPES:
+            return
+    yield await _closing_event(runtime, response_id, last + 1)
 
 
 async def _finish_live(
@@ -56,7 +96,12 @@ async def _finish_live(
     """
     deadline = anyio.current_time() + TERMINAL_GRACE_S
     while (remaining := deadline - anyio.current_time()) > 0:
-        live = await subscription.next(remaining)
+        try:
+            live = await subscription.next(remaining)
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            break
         if live is None:
             break
         if live["sequence_number"] <= last:
@@ -65,9 +110,37 @@ async def _finish_live(
         last = live["sequence_number"]
         if live["type"] in TERMINAL_EVENT_TYPES:
             return
-    terminal = await _stored_terminal_event(runtime, response_id, last + 1)
-    if terminal is not None:
-        yield terminal
+    yield await _closing_event(runtime, response_id, last + 1)
+
+
+class _LiveFeed:
+    """The subscription, until the queue (Redis) fails under it; then only the database is followed."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self.broken = False
+
+    async def next(self) -> dict[str, Any] | None:
+        if self.broken:
+            await anyio.sleep(LIVE_POLL_S)
+            return None
+        try:
+            return await self.subscription.next(LIVE_POLL_S)
+        except Exception as error:
+            if not is_outage(error):
+                raise
+            logger.warning("lost the live event feed (%s); following the database instead", error)
+            self.broken = True
+            return None
+
+
+async def _job_alive(runtime: Runtime, response_id: str) -> bool:
+    try:
+        return await runtime.queue.job_alive(response_id)
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        return False  # with the queue gone, so is the only way its events could reach us
 
 
 async def relay_events(
@@ -79,15 +152,19 @@ async def relay_events(
     replay: bool,
     stored: bool,
     cancel_on_exit: bool,
+    snapshot: ResponseObject | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Events with sequence_number > `after`, in order, without gaps or repeats, up to the terminal one.
+    """Events with sequence_number > `after`, in order, without gaps or repeats, up to a terminal one.
 
     `replay`: the events are stored too (background + stream), so gaps in the live feed are filled from the
     database. `stored`: the response has a row whose status tells when it ended without a live terminal event
-    reaching us. `cancel_on_exit`: a foreground stream, whose generation stops when its client goes away.
+    reaching us. `snapshot`: an unstored response as created; if its job dies, the stream ends failed.
+    `cancel_on_exit`: a foreground stream, whose generation stops when its client goes away.
     """
     last = after
     ended = False
+    feed = _LiveFeed(subscription)
+    dead_polls = 0
     try:
         if replay:
             for event in await _stored_events(runtime, response_id, last):
@@ -96,18 +173,34 @@ async def relay_events(
                 if event["type"] in TERMINAL_EVENT_TYPES:
                     ended = True
                     return
+            if await _has_ended(runtime, response_id):  # over before we came: its terminal event was never stored
+                yield await _closing_event(runtime, response_id, last + 1)
+                ended = True
+                return
         while True:
-            live = await subscription.next(LIVE_POLL_S)
+            live = await feed.next()
             if live is None:
                 if stored and await _has_ended(runtime, response_id):
-                    if replay:
-                        for missed in await _stored_events(runtime, response_id, last):
-                            yield missed
-                    else:
-                        async for rest in _finish_live(runtime, response_id, subscription, last):
-                            yield rest
+                    finish = (
+                        _finish_from_store(runtime, response_id, last)
+                        if replay or feed.broken
+                        else _finish_live(runtime, response_id, subscription, last)
+                    )
+                    async for rest in finish:
+                        yield rest
                     ended = True
                     return
+                if replay and feed.broken:
+                    for event in await _stored_events(runtime, response_id, last):
+                        yield event
+                        last = event["sequence_number"]
+                elif not stored and snapshot is not None:
+                    dead_polls = 0 if await _job_alive(runtime, response_id) else dead_polls + 1
+                    if dead_polls >= DEAD_JOB_POLLS:
+                        for event in _job_lost_events(snapshot, last + 1):
+                            yield event
+                        ended = True
+                        return
                 continue
             sequence = live["sequence_number"]
             if sequence <= last:
@@ -126,4 +219,9 @@ async def relay_events(
         with anyio.CancelScope(shield=True):
             await subscription.close()
             if not ended and cancel_on_exit:
-                await runtime.queue.cancel(response_id)
+                try:
+                    await runtime.queue.cancel(response_id)
+                except Exception as error:  # the queue is down: the generation's own checks end it
+                    if not is_outage(error):
+                        raise
+                    logger.warning("could not signal cancel for %s: %s", response_id, error)

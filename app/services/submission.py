@@ -15,6 +15,7 @@ from app.queue.base import GenerationJob, Subscription
 from app.runtime import Runtime
 from app.schemas.responses import ResponseObject, ResponseParams
 from app.services import conversation_turns
+from app.services.assembly import opening_events
 from app.services.responses import get_response
 from app.services.streams import TERMINAL_EVENT_TYPES, relay_events
 
@@ -39,6 +40,10 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
     )
     async with runtime.sessionmaker() as session, session.begin():
         await repository.insert_response(session, row, prepared.items)
+        if prepared.job.announced:
+            # Stored with the row: a background stream's client gets them at once, and a replay starts with them.
+            events = [event.model_dump(mode="json") for event in opening_events(response)]
+            await repository.insert_events(session, response.id, events)
         if prepared.conversation is not None:
             await conversation_turns.claim(session, prepared.conversation, response.id, tenant)
 
@@ -84,9 +89,11 @@ async def open_stream(runtime: Runtime, prepared: PreparedResponse, tenant: str)
         prepared.response.id,
         subscription,
         after=-1,
-        replay=False,
+        # A background stream's events are stored (its opening ones already): gaps in the live feed are filled.
+        replay=prepared.job.keep_events,
         stored=prepared.job.store,
         cancel_on_exit=not prepared.response.background,
+        snapshot=None if prepared.job.store else prepared.response,
     )
 
 
@@ -121,7 +128,14 @@ async def generate_unstored(runtime: Runtime, job: GenerationJob) -> ResponseObj
         await subscription.close()
         raise
     events = relay_events(
-        runtime, job.response_id, subscription, after=-1, replay=False, stored=False, cancel_on_exit=True
+        runtime,
+        job.response_id,
+        subscription,
+        after=-1,
+        replay=False,
+        stored=False,
+        cancel_on_exit=True,
+        snapshot=ResponseObject.model_validate(job.response),
     )
     final = await _final_response(events)
     if final is None:

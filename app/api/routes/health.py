@@ -1,4 +1,4 @@
-"""Liveness (the process answers) and readiness (database, queue and a worker reachable)."""
+"""Liveness (the process answers), readiness (its database and queue answer) and worker availability."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.deps import RuntimeDep
-from app.services.health import readiness
+from app.services.health import readiness, worker_availability
 
 router = APIRouter()
 
@@ -20,3 +20,10 @@ async def health() -> dict[str, str]:
 async def ready(runtime: RuntimeDep) -> JSONResponse:
     is_ready, body = await readiness(runtime)
     return JSONResponse(body, status_code=200 if is_ready else 503)
+
+
+@router.get("/health/workers")
+async def workers(runtime: RuntimeDep) -> JSONResponse:
+    """503 while no worker is alive: foreground creates are refused then; reads and background creates are not."""
+    available, body = await worker_availability(runtime)
+    return JSONResponse(body, status_code=200 if available else 503)

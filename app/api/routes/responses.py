@@ -46,8 +46,8 @@ async def get_response(
 
 
 @router.delete("/responses/{response_id}")
-async def delete_response(response_id: str, session: SessionDep, tenant: TenantDep) -> DeletedResponse:
-    return await service.delete_response(session, response_id, tenant)
+async def delete_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> DeletedResponse:
+    return await service.delete_response(runtime, response_id, tenant)
 
 
 @router.post("/responses/{response_id}/cancel")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, delete, literal, select, update
@@ -150,3 +151,23 @@ async def get_by_id(session: AsyncSession, response_id: str) -> ResponseRow | No
 async def get_status(session: AsyncSession, response_id: str) -> str | None:
     query = select(ResponseRow.status).where(ResponseRow.id == response_id)
     return (await session.execute(query)).scalar_one_or_none()
+
+
+async def prune_events(session: AsyncSession, *, ended_before: datetime, statuses: Iterable[str], limit: int) -> int:
+    """Delete the stored events of up to `limit` responses in `statuses` last updated before `ended_before`;
+    returns how many responses. Every stored stream has an event 0, found through the events' primary key: the
+    scan covers only the events still kept, not every response."""
+    ids = (
+        select(ResponseEventRow.response_id)
+        .join(ResponseRow, ResponseRow.id == ResponseEventRow.response_id)
+        .where(
+            ResponseEventRow.sequence_number == 0,
+            ResponseRow.status.in_(list(statuses)),
+            ResponseRow.updated_at < ended_before,
+        )
+        .limit(limit)
+    )
+    found = list((await session.execute(ids)).scalars())
+    if found:
+        await session.execute(delete(ResponseEventRow).where(ResponseEventRow.response_id.in_(found)))
+    return len(found)
