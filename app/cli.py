@@ -45,12 +45,10 @@ def _worker(_: argparse.Namespace) -> int:
         return _fail(problem)
     import logging
 
-    from arq.worker import run_worker
-
-    from worker.main import worker_settings
+    from worker.main import SupervisedWorker, worker_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run_worker(type("WorkerSettings", (), {}), **worker_settings(settings))
+    SupervisedWorker(**worker_settings(settings)).run()
     return 0
 
 

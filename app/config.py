@@ -86,6 +86,21 @@ class Settings(BaseSettings):
         "decrypt). Default: a random key generated once and kept in the database.",
     )
 
+    lease_s: float = Field(
+        15.0,
+        ge=1,
+        description="How long a worker's claim on a job lasts unrenewed (its heartbeat renews it every third of "
+        "this); an expired one is taken over, so a crashed generation resumes within about this plus "
+        "reconcile_interval_s.",
+    )
+    reconcile_interval_s: float = Field(
+        5.0, gt=0, description="How often reconciliation looks for expired leases and queued jobs Redis lost."
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        description="Runs a background job gets (the first, then takeovers after its worker died) before it is failed.",
+    )
     events_retention_hours: float = Field(
         24.0,
         ge=0,

@@ -52,7 +52,7 @@ async def build_generation(
     engine = await asyncio.to_thread(LlamaEngine.from_settings, settings)
     runner = LocalRunner(engine)
     tokenizer = await asyncio.to_thread(ChatTokenizer, path, n_ctx=engine.n_ctx, reasoning_tags=settings.reasoning_tags)
-    return tokenizer, InProcessQueue(runner, sessionmaker)
+    return tokenizer, InProcessQueue(runner, sessionmaker, settings.lease_s)
 
 
 def create_app(

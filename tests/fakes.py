@@ -66,9 +66,16 @@ def scored(piece: str, top_n: int) -> ScoredPiece:
 
 class FakeRun:
     def __init__(
-        self, job: GenerationJob, reply: list[str], delay_s: float, fail_after: int | None, separator: str = " "
+        self,
+        job: GenerationJob,
+        reply: list[str],
+        delay_s: float,
+        fail_after: int | None,
+        separator: str = " ",
+        crash_after: int | None = None,
     ) -> None:
         self.job = job
+        self.crash_after = crash_after
         self.separator = separator
         self.reply = reply
         self.fail_after = fail_after
@@ -90,6 +97,8 @@ class FakeRun:
             if self.produced == self.fail_after:
                 yield GenerationFailed("the fake model broke")
                 return
+            if self.produced == self.crash_after:
+                raise RuntimeError("the fake worker died")
         if self.cancelled:
             reason = "cancelled"
         else:
@@ -105,6 +114,8 @@ class FakeRunner:
         self.reply = list(FAKE_REPLY)
         #: After this many words the run ends with GenerationFailed instead of a Finish.
         self.fail_after: int | None = None
+        #: After this many words the run raises, as if its worker died (its lease is left to expire).
+        self.crash_after: int | None = None
         #: Put between the reply's pieces; "" replays them exactly (to split tags across pieces).
         self.separator = " "
         self.jobs: list[GenerationJob] = []
@@ -112,9 +123,12 @@ class FakeRunner:
 
     def start(self, job: GenerationJob) -> FakeRun:
         self.jobs.append(job)
-        run = FakeRun(job, self.reply, self.delay_s, self.fail_after, self.separator)
+        run = FakeRun(job, self.reply, self.delay_s, self.fail_after, self.separator, self.crash_after)
         self.runs[job.response_id] = run
         return run
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(character) for character in text]
 
     def cancel(self, response_id: str) -> None:
         if response_id in self.runs:
@@ -126,8 +140,8 @@ class FakeRunner:
 
 def fake_generation(renderer: FakeRenderer, runner: FakeRunner):
     async def build(
-        _: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+        settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
     ) -> tuple[PromptRenderer, GenerationQueue]:
-        return renderer, InProcessQueue(runner, sessionmaker)
+        return renderer, InProcessQueue(runner, sessionmaker, settings.lease_s)
 
     return build

@@ -1,21 +1,24 @@
-"""arq WorkerSettings and the generate task; thin: generation and persistence live in app/."""
+"""arq WorkerSettings and the generate task; thin: generation and persistence live in app/.
+
+Every background task of a worker is supervised: it restarts with backoff when it fails (a Redis restart, a
+database blip), so a worker outlives the outages of what it depends on. While Redis is gone the worker takes
+no jobs (arq cannot poll), and its generations go on: their state is in the database.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from arq import cron, func
-from arq.constants import job_key_prefix
-from arq.jobs import Job, JobStatus
 from arq.worker import Worker
 
 from app.config import Settings
-from app.db.base import utc_now
-from app.db.repositories import responses as repository
 from app.db.session import create_engine, create_sessionmaker
 from app.generation.engine import LlamaEngine, concurrency
 from app.ids import new_id
@@ -23,31 +26,46 @@ from app.queue.arq_backend import (
     AFFINITY_TTL_S,
     GENERATE_TASK,
     QUEUE_NAME,
-    WORKER_KEY_PATTERN,
     ArqQueue,
     affinity_owner_key,
     job_holder_key,
     redis_settings,
-    worker_key,
+    register_worker,
+    unregister_worker,
     worker_queue,
 )
 from app.queue.base import GenerationJob
 from app.queue.local_runner import LocalRunner
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
-from app.services.recovery import LOST_GENERATION_ERROR
+from app.services.recovery import Reconciler, RecoveryPolicy
 from app.services.retention import prune_finished_events
 
 logger = logging.getLogger("llama_responses.worker")
 
 WORKER_HEARTBEAT_S = 5
-WORKER_KEY_TTL_S = 15
-RECONCILE_INTERVAL_S = 5.0
-#: An in-progress response whose heartbeat is older than this lost its worker.
-STALE_HEARTBEAT_S = 20
-#: A queued response older than this whose job Redis no longer has is enqueued again.
-LOST_JOB_AGE_S = 10
+#: A worker whose registration is older than this is not counted alive (three missed heartbeats).
+WORKER_TTL_S = 15
 JOB_TIMEOUT_S = 3600
+#: Backoff of a failed background task (and of arq's polling while Redis is away): doubles up to the cap.
+RESTART_BACKOFF_S = (0.5, 30.0)
+
+
+class SupervisedWorker(Worker):
+    """arq's worker, except that a failed poll (Redis gone) waits and tries again instead of ending the process."""
+
+    _backoff_s = 0.0
+
+    async def _poll_iteration(self) -> None:
+        # NOTE: arq's own loop lets a Redis error end `main` and the process with it, and the generations it runs.
+        try:
+            await super()._poll_iteration()
+        except Exception as error:
+            self._backoff_s = min(max(self._backoff_s * 2, RESTART_BACKOFF_S[0]), RESTART_BACKOFF_S[1])
+            logger.warning("cannot poll for jobs (%s); trying again in %.1f s", error, self._backoff_s)
+            await asyncio.sleep(self._backoff_s)
+        else:
+            self._backoff_s = 0.0
 
 
 async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -55,13 +73,19 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     if job.affinity_key:
         # This worker's prefix cache is about to hold the prompt: send the next job with this key here. Set
         # before the response can complete, so a client chaining at once is already routed by it.
-        await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
+        with contextlib.suppress(Exception):
+            await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
     # Who runs this job, for an API node relaying a `store: false` stream to notice if this worker dies.
-    await ctx["redis"].set(job_holder_key(job.response_id), ctx["worker_id"], ex=JOB_TIMEOUT_S)
+    with contextlib.suppress(Exception):
+        await ctx["redis"].set(job_holder_key(job.response_id), ctx["worker_id"], ex=JOB_TIMEOUT_S)
+    settings: Settings = ctx["settings"]
     try:
-        await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
+        await execute_job(
+            job, ctx["runner"], ctx["sessionmaker"], ctx["bus"], owner=ctx["worker_id"], lease_s=settings.lease_s
+        )
     finally:
-        await ctx["redis"].delete(job_holder_key(job.response_id))
+        with contextlib.suppress(Exception):
+            await ctx["redis"].delete(job_holder_key(job.response_id))
 
 
 def _job_options(max_jobs: int) -> dict[str, Any]:
@@ -76,65 +100,37 @@ def _job_options(max_jobs: int) -> dict[str, Any]:
 
 
 async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
+    """Cancel signals, for a stop within a token. A signal missed while this reconnects is not lost: the cancel
+    is stored, and each generation's heartbeat reads it."""
     pubsub = ctx["redis"].pubsub()
-    await subscribe_confirmed(pubsub, CANCEL_CHANNEL)
     try:
+        await subscribe_confirmed(pubsub, CANCEL_CHANNEL)
         async for message in pubsub.listen():
             if message["type"] == "message":
                 ctx["runner"].cancel(message["data"].decode())
     finally:
-        await pubsub.aclose()
+        with contextlib.suppress(Exception):
+            await pubsub.aclose()
+    raise ConnectionError("the cancel subscription ended")
 
 
 async def _beat(ctx: dict[str, Any]) -> None:
-    key = worker_key(ctx["worker_id"])
     while True:
-        await ctx["redis"].set(key, "1", ex=WORKER_KEY_TTL_S)
+        await register_worker(ctx["redis"], ctx["worker_id"], WORKER_TTL_S)
         await asyncio.sleep(WORKER_HEARTBEAT_S)
 
 
-async def reconcile(ctx: dict[str, Any]) -> None:
-    """Fail responses whose worker died; enqueue again jobs that Redis lost (Postgres is the source of truth)."""
-    now = utc_now()
-    async with ctx["sessionmaker"]() as session, session.begin():
-        failed = await repository.fail_stale(
-            session, heartbeat_before=now - timedelta(seconds=STALE_HEARTBEAT_S), error=LOST_GENERATION_ERROR
-        )
-        queued = await repository.queued_jobs(session, created_before=now - timedelta(seconds=LOST_JOB_AGE_S))
-    if failed:
-        logger.warning("failed %d responses whose worker stopped", failed)
-    for payload in queued:
-        if not await _job_is_waiting(ctx, payload["response_id"]):
-            logger.warning("re-enqueueing %s, which Redis lost (or a dead worker held)", payload["response_id"])
-            # Drop arq's record of the lost job, or the new enqueue would be a no-op.
-            await ctx["redis"].delete(job_key_prefix + payload["response_id"])
-            await ctx["queue"].enqueue(GenerationJob.from_payload(payload))
-
-
-async def _job_is_waiting(ctx: dict[str, Any], job_id: str) -> bool:
-    """Queued in the shared queue or in a live worker's own, or running."""
-    if await Job(job_id, ctx["redis"], _queue_name=QUEUE_NAME).status() != JobStatus.not_found:
-        return True
-    async for key in ctx["redis"].scan_iter(match=WORKER_KEY_PATTERN, count=100):
-        worker_id = key.decode().rsplit(":", 1)[-1]
-        if await ctx["redis"].zscore(worker_queue(worker_id), job_id) is not None:
-            return True
-    return False
-
-
 async def _reconcile_forever(ctx: dict[str, Any]) -> None:
+    settings: Settings = ctx["settings"]
     while True:
-        try:
-            await reconcile(ctx)
-        except Exception:
-            logger.exception("reconcile failed; trying again")
-        await asyncio.sleep(RECONCILE_INTERVAL_S)
+        await ctx["reconciler"].run_round()
+        await asyncio.sleep(settings.reconcile_interval_s)
 
 
 async def _run_own_queue(ctx: dict[str, Any]) -> None:
     """A second arq worker in this process, on this worker's own queue (jobs sent here by affinity), sharing
     the model: jobs beyond its sequences wait in the engine, in order."""
-    own = Worker(
+    own = SupervisedWorker(
         queue_name=worker_queue(ctx["worker_id"]),
         redis_pool=ctx["redis"],
         ctx=ctx,
@@ -142,6 +138,25 @@ async def _run_own_queue(ctx: dict[str, Any]) -> None:
         **_job_options(ctx["runner"].engine.slots),
     )
     await own.main()
+
+
+async def supervise(name: str, task: Callable[[], Awaitable[None]]) -> None:
+    """Run `task` for ever: when it fails (or ends), log it and start it again after a pause that grows while
+    it keeps failing and starts small again once it has run a while."""
+    backoff_s = RESTART_BACKOFF_S[0]
+    while True:
+        started = time.monotonic()
+        try:
+            await task()
+            logger.warning("%s ended; starting it again in %.1f s", name, backoff_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            logger.warning("%s failed (%r); starting it again in %.1f s", name, error, backoff_s)
+        if time.monotonic() - started > RESTART_BACKOFF_S[1]:
+            backoff_s = RESTART_BACKOFF_S[0]
+        await asyncio.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, RESTART_BACKOFF_S[1])
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -152,11 +167,11 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["sessionmaker"] = create_sessionmaker(ctx["engine"])
     ctx["bus"] = RedisBus(ctx["redis"])
     ctx["queue"] = ArqQueue(ctx["redis"])
+    ctx["reconciler"] = Reconciler(ctx["sessionmaker"], ctx["queue"], RecoveryPolicy.from_settings(settings))
     ctx["worker_id"] = new_id("worker")
-    ctx["background"] = [
-        asyncio.create_task(coroutine(ctx))
-        for coroutine in (_listen_for_cancels, _beat, _reconcile_forever, _run_own_queue)
-    ]
+    tasks = {"cancel listener": _listen_for_cancels, "heartbeat": _beat, "reconciler": _reconcile_forever}
+    tasks["own-queue worker"] = _run_own_queue
+    ctx["background"] = [asyncio.create_task(supervise(name, partial(task, ctx))) for name, task in tasks.items()]
     logger.info("worker %s ready: model %s", ctx["worker_id"], settings.resolved_model_path.name)
 
 
@@ -166,7 +181,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     if "worker_id" in ctx:
-        await ctx["redis"].delete(worker_key(ctx["worker_id"]))
+        with contextlib.suppress(Exception):
+            await unregister_worker(ctx["redis"], ctx["worker_id"])
     if "runner" in ctx:
         await ctx["runner"].close()
     if "engine" in ctx:
@@ -179,7 +195,7 @@ async def prune_events(ctx: dict[str, Any]) -> None:
 
 
 def worker_settings(settings: Settings) -> dict[str, Any]:
-    """arq's WorkerSettings, as keyword arguments for arq.worker.run_worker."""
+    """arq's Worker arguments."""
     assert settings.redis_url is not None
     return {
         "on_startup": startup,

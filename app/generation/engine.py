@@ -155,6 +155,16 @@ class LlamaEngine:
     def slots(self) -> int:
         return len(self._slots)
 
+    def tokenize(self, text: str) -> list[int]:
+        """Text the model wrote, as tokens to append to its prompt (a takeover continues from them)."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, True)
+        if count < 0:
+            raise EngineError(f"could not tokenize {len(data)} bytes")
+        return list(tokens[:count])
+
     def submit(self, request: GenerationRequest) -> None:
         self._requests.put(request)
 

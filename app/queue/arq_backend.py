@@ -1,27 +1,26 @@
-"""Distributed mode's queue: generation jobs on arq/Redis (job id = response id), cancel signals by pub/sub."""
+"""Distributed mode's queue: generation jobs on arq/Redis (job id = response id), cancel signals by pub/sub, and
+the registry of live workers (a sorted set: worker id -> when its heartbeat expires)."""
 
 from __future__ import annotations
 
+import time
+
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
-from arq.constants import job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
 
 from app.config import Settings
 from app.queue.base import GenerationJob
 from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus
 
 QUEUE_NAME = f"{KEY_PREFIX}:jobs"
-WORKER_KEY_PATTERN = f"{KEY_PREFIX}:worker:*"
+#: worker id -> the Unix time its registration expires unless its heartbeat renews it.
+WORKERS_KEY = f"{KEY_PREFIX}:workers"
 #: How long a worker stays the preferred home of an affinity key after its last job with that key.
 AFFINITY_TTL_S = 600
 GENERATE_TASK = "generate"
 #: Fail fast when Redis is down: a create is a 503 in about this long, not a hang.
 REDIS_CONNECT_TIMEOUT_S = 2
-
-
-def worker_key(worker_id: str) -> str:
-    """Exists while the worker is alive (it refreshes the key's expiry)."""
-    return f"{KEY_PREFIX}:worker:{worker_id}"
 
 
 def worker_queue(worker_id: str) -> str:
@@ -45,6 +44,19 @@ def redis_settings(redis_url: str) -> RedisSettings:
     return settings
 
 
+async def register_worker(redis: ArqRedis, worker_id: str, ttl_s: float) -> None:
+    """Mark the worker alive for `ttl_s`, and forget workers whose registration has long expired."""
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zadd(WORKERS_KEY, {worker_id: now + ttl_s})
+        pipe.zremrangebyscore(WORKERS_KEY, "-inf", now - 3600)
+        await pipe.execute()
+
+
+async def unregister_worker(redis: ArqRedis, worker_id: str) -> None:
+    await redis.zrem(WORKERS_KEY, worker_id)
+
+
 class ArqQueue:
     def __init__(self, pool: ArqRedis) -> None:
         self.pool = pool
@@ -65,17 +77,37 @@ class ArqQueue:
         likely holds this prompt's start); else the shared queue, which every worker takes from."""
         if job.affinity_key:
             owner = await self.pool.get(affinity_owner_key(job.affinity_key))
-            if owner is not None and await self.pool.exists(worker_key(owner.decode())):
+            if owner is not None and await self._is_alive(owner.decode()):
                 return worker_queue(owner.decode())
         return QUEUE_NAME
+
+    async def _is_alive(self, worker_id: str) -> bool:
+        expires = await self.pool.zscore(WORKERS_KEY, worker_id)
+        return expires is not None and expires > time.time()
+
+    async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
+        # arq keeps a job's record (and an in-progress lock for an hour) after its worker dies: without clearing
+        # them, the new enqueue would be a no-op and no worker would take the job before the lock expired.
+        response_id = job.response_id
+        async with self.pool.pipeline(transaction=True) as pipe:
+            for prefix in (job_key_prefix, in_progress_key_prefix, result_key_prefix, retry_key_prefix):
+                pipe.delete(prefix + response_id)
+            pipe.zrem(QUEUE_NAME, response_id)
+            if previous_owner is not None:
+                pipe.zrem(worker_queue(previous_owner), response_id)
+            await pipe.execute()
+        await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=QUEUE_NAME)
+
+    async def job_is_waiting(self, response_id: str) -> bool:
+        # arq's job record lives from enqueue to the end of the run, whichever queue holds it.
+        return bool(await self.pool.exists(job_key_prefix + response_id, in_progress_key_prefix + response_id))
 
     async def cancel(self, response_id: str) -> None:
         await self.pool.publish(CANCEL_CHANNEL, response_id)
 
     async def workers_alive(self) -> bool:
-        async for _ in self.pool.scan_iter(match=WORKER_KEY_PATTERN, count=100):
-            return True
-        return False
+        """One sorted-set count, whatever the size of the keyspace."""
+        return bool(await self.pool.zcount(WORKERS_KEY, time.time(), "+inf"))
 
     async def ping(self) -> None:
         await self.pool.ping()
@@ -85,7 +117,7 @@ class ArqQueue:
         if not await self.pool.exists(job_key_prefix + response_id):
             return False
         holder = await self.pool.get(job_holder_key(response_id))
-        return holder is None or bool(await self.pool.exists(worker_key(holder.decode())))
+        return holder is None or await self._is_alive(holder.decode())
 
     async def close(self) -> None:
         await self.pool.aclose()

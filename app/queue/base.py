@@ -77,6 +77,9 @@ class ModelRunner(Protocol):
 
     def start(self, job: GenerationJob) -> GenerationRun: ...
 
+    def tokenize(self, text: str) -> list[int]:
+        """Text the model wrote, as tokens: a takeover appends them to the prompt to continue."""
+
     def cancel(self, response_id: str) -> None: ...
 
     async def close(self) -> None: ...
@@ -105,6 +108,12 @@ class GenerationQueue(Protocol):
 
     async def cancel(self, response_id: str) -> None:
         """Signal whoever runs this response's generation to stop it."""
+
+    async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
+        """Enqueue a job again (its worker died, or Redis lost it), clearing what the queue kept of its last run."""
+
+    async def job_is_waiting(self, response_id: str) -> bool:
+        """The job is queued or running here (False when the queue lost it)."""
 
     async def workers_alive(self) -> bool: ...
 

@@ -6,25 +6,37 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.ids import new_id
 from app.queue.base import GenerationJob, ModelRunner
 from app.queue.memory_bus import MemoryBus
-from app.services.execution import execute_job
+from app.services.execution import DEFAULT_LEASE_S, execute_job
 
 
 class InProcessQueue:
-    def __init__(self, runner: ModelRunner, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, runner: ModelRunner, sessionmaker: async_sessionmaker[AsyncSession], lease_s: float = DEFAULT_LEASE_S
+    ) -> None:
         self.runner = runner
         self.sessionmaker = sessionmaker
         self.bus = MemoryBus()
-        #: The running jobs by response id (a job's events can only come from its task).
+        #: This process's lease owner id: a lease left by an earlier run of the server is not ours.
+        self.owner = new_id("node")
+        self.lease_s = lease_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def enqueue(self, job: GenerationJob) -> None:
         if job.response_id in self._tasks:
-            return  # one response is generated once, as with arq's job ids
-        task = asyncio.create_task(execute_job(job, self.runner, self.sessionmaker, self.bus))
+            return  # one response is generated once
+        run = execute_job(job, self.runner, self.sessionmaker, self.bus, owner=self.owner, lease_s=self.lease_s)
+        task = asyncio.create_task(run)
         self._tasks[job.response_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(job.response_id, None))
+
+    async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
+        await self.enqueue(job)
+
+    async def job_is_waiting(self, response_id: str) -> bool:
+        return response_id in self._tasks
 
     async def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)
@@ -39,8 +51,7 @@ class InProcessQueue:
         return response_id in self._tasks
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
+        for task in list(self._tasks.values()):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         await self.runner.close()

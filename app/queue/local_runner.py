@@ -52,6 +52,9 @@ class LocalRunner:
         self._runs[job.response_id] = run
         return run
 
+    def tokenize(self, text: str) -> list[int]:
+        return self.engine.tokenize(text)
+
     def cancel(self, response_id: str) -> None:
         run = self._runs.get(response_id)
         if run is not None:

@@ -7,6 +7,7 @@ functions are offered). Text that may be the start of a tag is held back until i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -82,9 +83,12 @@ class ResponseAssembler:
         leading_items: list[dict[str, Any]] | None = None,
         logprobs: bool = False,
         parallel_tool_calls: bool = True,
+        ids: Callable[[str], str] = new_id,
         announced: bool = False,
     ) -> None:
         self.response = response
+        #: Where item and call ids come from: a takeover replays the ids the first run gave out.
+        self._ids = ids
         self._functions = functions or {}
         self._custom_tools = custom_tools or set()
         self._tags = reasoning_tags
@@ -137,7 +141,7 @@ class ResponseAssembler:
         if rest.startswith(self._tags[0]):
             self._phase = "reasoning"
             self._reasoning_from = self._reasoning_sent = opening + len(self._tags[0])
-            self._reasoning = StoredReasoning(id=new_id("rs"), content=[], status="in_progress")
+            self._reasoning = StoredReasoning(id=self._ids("rs"), content=[], status="in_progress")
             return [
                 OutputItemEvent(
                     type="response.output_item.added",
@@ -217,7 +221,7 @@ class ResponseAssembler:
         )
 
     def _open_message(self) -> list[ResponseEvent]:
-        message = MessageItem(id=new_id("msg"), role="assistant", content=[], status="in_progress")
+        message = MessageItem(id=self._ids("msg"), role="assistant", content=[], status="in_progress")
         self._message = message
         return [
             OutputItemEvent(
@@ -296,8 +300,8 @@ class ResponseAssembler:
             if call.name in self._custom_tools:
                 calls.append(
                     StoredCustomToolCall(
-                        id=new_id("ctc"),
-                        call_id=new_id("call"),
+                        id=self._ids("ctc"),
+                        call_id=self._ids("call"),
                         name=call.name,
                         input=call.arguments,
                         namespace=namespace,
@@ -306,8 +310,8 @@ class ResponseAssembler:
             else:
                 calls.append(
                     StoredFunctionCall(
-                        id=new_id("fc"),
-                        call_id=new_id("call"),
+                        id=self._ids("fc"),
+                        call_id=self._ids("call"),
                         name=call.name,
                         arguments=call.arguments,
                         namespace=namespace,

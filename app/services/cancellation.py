@@ -1,18 +1,67 @@
-"""POST /v1/responses/{id}/cancel: stop a background response and return it as it ended."""
+"""Cancelling a response: the request is stored first, then whoever holds the job (or later takes it) honours it.
+
+POST /v1/responses/{id}/cancel waits for the response to end; DELETE of a running response cancels it first
+(`request_cancellation`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
+from app.db.base import utc_now
+from app.db.models import ResponseRow
+from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.runtime import Runtime
 from app.schemas.responses import TERMINAL_STATUSES, ResponseObject
+from app.services.recovery import end_response
 from app.services.snapshots import response_from_row
 
-CANCEL_WAIT_S = 10.0
+logger = logging.getLogger(__name__)
+
 CANCEL_POLL_S = 0.02
+#: How often a waiting cancel checks whether the lease it waits on expired (its worker died).
+LEASE_CHECK_S = 1.0
+#: Beyond the lease: time for the worker that holds the job to store its end after the lease would expire.
+CANCEL_WAIT_SLACK_S = 2.0
+
+
+async def request_cancellation(runtime: Runtime, response_id: str) -> None:
+    """Store the cancel request; end the response here if nobody holds its job (queued, or its worker died);
+    then signal the worker that holds it. The stored request outlives the signal: the worker's heartbeat
+    and its claim read it, whatever Redis did meanwhile."""
+    async with runtime.sessionmaker() as session, session.begin():
+        await jobs.request_cancel(session, response_id, now=utc_now())
+    await end_response(runtime.sessionmaker, runtime.queue.bus, response_id, status="cancelled")
+    try:
+        await runtime.queue.cancel(response_id)
+    except Exception as error:
+        logger.warning(
+            "could not signal the cancel of %s (%s); its worker reads it on its next beat", response_id, error
+        )
+
+
+async def _wait_for_end(runtime: Runtime, response_id: str) -> ResponseRow | None:
+    """The row once the response has ended, or as it is after about a lease (its worker still holds it);
+    None when it is gone."""
+    deadline = time.monotonic() + runtime.settings.lease_s + CANCEL_WAIT_SLACK_S
+    next_lease_check = time.monotonic() + LEASE_CHECK_S
+    while True:
+        async with runtime.sessionmaker() as session:
+            row = await repository.get_by_id(session, response_id)
+        if row is None or row.status in TERMINAL_STATUSES or time.monotonic() > deadline:
+            # NOTE: past the deadline the response is returned as it is, not marked cancelled: only the worker
+            # holding the job (or, once its lease expires, reconciliation) may end it, so GET never disagrees
+            # with what the generation does.
+            return row
+        if time.monotonic() > next_lease_check:
+            # The worker may have died: once its lease expires nobody else would end the response.
+            await end_response(runtime.sessionmaker, runtime.queue.bus, response_id, status="cancelled")
+            next_lease_check = time.monotonic() + LEASE_CHECK_S
+        await asyncio.sleep(CANCEL_POLL_S)
 
 
 async def cancel_response(runtime: Runtime, response_id: str, tenant: str) -> ResponseObject:
@@ -24,37 +73,15 @@ async def cancel_response(runtime: Runtime, response_id: str, tenant: str) -> Re
             raise InvalidRequest("Cannot cancel a synchronous response.", param="response_id", code="invalid_value")
         if row.status in ("completed", "failed", "incomplete"):
             raise InvalidRequest(f"Cannot cancel a {row.status} response.", param="response_id", code="invalid_value")
-        if row.status == "queued":
-            # Never started: cancelled here, and the worker that takes the job finds it is no longer queued.
-            await repository.transition(session, response_id, from_statuses=("queued",), values={"status": "cancelled"})
-    await runtime.queue.cancel(response_id)
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    while True:
-        async with runtime.sessionmaker() as session, session.begin():
-            row = await repository.get_response(session, response_id, tenant)
-            if row is None:
-                raise response_not_found(response_id)
-            if row.status in TERMINAL_STATUSES:
-                return response_from_row(row)
-            if time.monotonic() > deadline:
-                # The worker did not answer (it may be gone): stop waiting; a late finish cannot overwrite this.
-                await repository.transition(
-                    session, response_id, from_statuses=("in_progress",), values={"status": "cancelled"}
-                )
-                continue
-        await asyncio.sleep(CANCEL_POLL_S)
+    await request_cancellation(runtime, response_id)
+    ended = await _wait_for_end(runtime, response_id)
+    if ended is None:
+        raise response_not_found(response_id)
+    return response_from_row(ended)
 
 
 async def stop_response(runtime: Runtime, response_id: str) -> None:
-    """Stop a response's generation, whatever started it (DELETE of a running response): cancelled if still
-    queued, else signalled; waits until it ended (at most CANCEL_WAIT_S) so that nothing writes to it after."""
-    async with runtime.sessionmaker() as session, session.begin():
-        await repository.transition(session, response_id, from_statuses=("queued",), values={"status": "cancelled"})
-    await runtime.queue.cancel(response_id)
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    while time.monotonic() < deadline:
-        async with runtime.sessionmaker() as session:
-            status = await repository.get_status(session, response_id)
-        if status is None or status in TERMINAL_STATUSES:
-            return
-        await asyncio.sleep(CANCEL_POLL_S)
+    """Stop a response's generation, whatever started it (DELETE of a running response): the cancel is stored,
+    then this waits until the response ended (at most about a lease) so that nothing writes to it after."""
+    await request_cancellation(runtime, response_id)
+    await _wait_for_end(runtime, response_id)

@@ -2,41 +2,72 @@
 
 Every event goes to the bus (live fan-out) and, for background streams, to the database first; the final
 Response is committed before its terminal event is published, so a client that chains the moment it sees
-`response.completed` finds it.
+`response.completed` finds it. A stored job is held under a lease (owner + expiry) that a heartbeat renews;
+every write is conditional on still holding it, so that a takeover and a late first run never both store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.base import utc_now
+from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.generation.types import Finish, GenerationFailed, ScoredPiece
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
-from app.schemas.events import ResponseEvent
-from app.schemas.responses import ResponseObject
+from app.schemas.events import ResponseEvent, ResponseLifecycleEvent
+from app.schemas.responses import ResponseError, ResponseObject
 from app.services.assembly import ResponseAssembler
 from app.services.finished_items import record_final_items
+from app.services.job_progress import IdLog, LeaseLost, publish_quietly, row_verdict, store_with_retries
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 5.0
+DEFAULT_LEASE_S = 15.0
+STORE_FAILED_MESSAGE = "The server could not store this response's final state."
 
 
 class JobExecution:
-    def __init__(self, job: GenerationJob, sessionmaker: async_sessionmaker[AsyncSession], bus: EventBus) -> None:
+    def __init__(
+        self,
+        job: GenerationJob,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        bus: EventBus,
+        *,
+        owner: str,
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> None:
         self.job = job
         self.sessionmaker = sessionmaker
         self.bus = bus
-        self.assembler = ResponseAssembler(
+        self.owner = owner
+        self.lease_s = lease_s
+        self.background = bool(job.response.get("background"))
+        self.ids = IdLog([])
+        self.assembler = self._new_assembler()
+        #: The text pieces given to the assembler, in order: with `ids`, what a takeover replays.
+        self.pieces: list[str] = []
+        self.progress: dict[str, Any] | None = None
+        self.cancel_requested = False
+        self.resumed = False
+        self.prior_tokens = 0
+        self._ended = False  # the run's Finish (or GenerationFailed) was read
+        self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
+        self._handing_over = False
+
+    def _new_assembler(self) -> ResponseAssembler:
+        job = self.job
+        return ResponseAssembler(
             ResponseObject.model_validate(job.response),
             job.functions,
             job.reasoning_tags,
@@ -45,82 +76,268 @@ class JobExecution:
             leading_items=job.leading_items,
             logprobs=job.sampling.top_logprobs is not None,
             parallel_tool_calls=job.parallel_tool_calls,
+            ids=self.ids,
             announced=job.announced,
         )
 
+    def _lease_until(self) -> datetime:
+        return utc_now() + timedelta(seconds=self.lease_s)
+
+    def _progress(self) -> dict[str, Any]:
+        return {"pieces": list(self.pieces), "ids": list(self.ids.recorded)}
+
     async def _claim(self) -> bool:
-        """queued -> in_progress, conditionally: False when the response was cancelled (or another worker has it)."""
+        """Take the job under a lease: False when it was cancelled, has ended, or another worker holds it."""
         if not self.job.store:
             return True
         async with self.sessionmaker() as session, session.begin():
-            return await repository.transition(
+            row = await jobs.claim(
                 session,
                 self.job.response_id,
-                from_statuses=("queued",),
-                values={"status": "in_progress", "heartbeat_at": utc_now()},
+                owner=self.owner,
+                now=utc_now(),
+                lease_until=self._lease_until(),
+                keep_job=self.background,
             )
+            if row is None:
+                return False
+            self.progress = row.progress
+            self.cancel_requested = row.cancel_requested_at is not None
+            if row.attempts > 1:
+                logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
+        return True
+
+    def _resume(self, runner: ModelRunner) -> GenerationJob:
+        """The job to start: as queued, or (a takeover) continuing from the progress the last run stored."""
+        self.assembler.response.status = "in_progress"
+        if self.progress is None:
+            return self.job
+        self.resumed = True
+        self.ids = IdLog(self.progress.get("ids", []))
+        self.assembler = self._new_assembler()
+        self.assembler.response.status = "in_progress"
+        # Replaying the same pieces with the same ids rebuilds the same events: those already sent are skipped,
+        # and the sequence numbers go on from the last one stored.
+        self.assembler.start()
+        for piece in self.progress.get("pieces", []):
+            self.assembler.text(piece)
+            self.pieces.append(piece)
+        written = runner.tokenize("".join(self.pieces)) if self.pieces else []
+        self.prior_tokens = len(written)
+        cap = self.job.sampling.max_output_tokens
+        sampling = replace(self.job.sampling, max_output_tokens=None if cap is None else max(cap - len(written), 0))
+        return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
+
+    async def _store(self, payloads: list[dict[str, Any]], final: ResponseObject | None) -> None:
+        """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
+        async with self.sessionmaker() as session, session.begin():
+            if self.job.store and final is not None:
+                values = final_values(final)
+                if not await jobs.finish_held(session, self.job.response_id, owner=self.owner, values=values):
+                    raise LeaseLost(self.job.response_id)
+            elif self.job.store:
+                held, _ = await jobs.renew(
+                    session,
+                    self.job.response_id,
+                    owner=self.owner,
+                    now=utc_now(),
+                    lease_until=self._lease_until(),
+                    progress=self._progress(),
+                )
+                if not held:
+                    raise LeaseLost(self.job.response_id)
+            if self.job.keep_events:
+                await repository.insert_events(session, self.job.response_id, payloads)
+            if final is not None:
+                await record_final_items(session, self.job, final)
 
     async def _emit(self, events: list[ResponseEvent], *, final: ResponseObject | None = None) -> None:
         payloads = [event.model_dump(mode="json") for event in events]
-        if final is not None or self.job.keep_events:
-            async with self.sessionmaker() as session, session.begin():
-                if self.job.keep_events:
-                    await repository.insert_events(session, self.job.response_id, payloads)
-                if final is not None and (
-                    not self.job.store
-                    or await repository.transition(
-                        session, final.id, from_statuses=("queued", "in_progress"), values=final_values(final)
-                    )
-                ):
-                    await record_final_items(session, self.job, final)
+        if final is not None or (self.job.keep_events and payloads):
+            await store_with_retries(lambda: self._store(payloads, final), budget_s=self.lease_s)
         for payload in payloads:
-            await self.bus.publish(self.job.response_id, payload)
+            await publish_quietly(self.bus, self.job.response_id, payload)
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, generation: GenerationRun) -> None:
+        """Renews the lease until cancelled; a failed renewal is retried next beat, never the end of it. A lost
+        lease or a stored cancel request stops the generation."""
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            async with self.sessionmaker() as session, session.begin():
-                await repository.transition(
-                    session, self.job.response_id, from_statuses=("in_progress",), values={"heartbeat_at": utc_now()}
+            await asyncio.sleep(self.lease_s / 3)
+            # A background job whose events are not kept stores its progress here, for a takeover.
+            progress = self._progress() if self.background and not self.job.keep_events else None
+            try:
+                async with self.sessionmaker() as session, session.begin():
+                    held, cancel = await jobs.renew(
+                        session,
+                        self.job.response_id,
+                        owner=self.owner,
+                        now=utc_now(),
+                        lease_until=self._lease_until(),
+                        progress=progress,
+                    )
+            except Exception as error:
+                logger.warning("could not renew the lease of %s (%s); trying again", self.job.response_id, error)
+                continue
+            if not held:
+                logger.warning(
+                    "lost the lease of %s: stopping its generation (%s)", self.job.response_id, await self._holder()
                 )
+                generation.cancel()
+                return
+            if cancel:
+                generation.cancel()
+
+    async def _holder(self) -> str:
+        """Who has the response now, for the log."""
+        with contextlib.suppress(Exception):
+            async with self.sessionmaker() as session:
+                row = await repository.get_by_id(session, self.job.response_id)
+                if row is not None:
+                    return f"{row.status}, lease {row.lease_owner} until {row.lease_expires_at}, try {row.attempts}"
+        return "unknown"
+
+    async def _cancel_stored(self) -> bool:
+        """A cancel stored between the claim and now (its signal may have found no generation to stop)."""
+        if not self.job.store:
+            return False
+        with contextlib.suppress(Exception):
+            async with self.sessionmaker() as session, session.begin():
+                _, cancel = await jobs.renew(
+                    session, self.job.response_id, owner=self.owner, now=utc_now(), lease_until=None
+                )
+                return cancel
+        return False
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
         if isinstance(output, GenerationFailed):
             events = self.assembler.fail(output.message)
         else:
+            if self.resumed:  # usage counts the first run's tokens as output, not as prompt
+                prompt = len(self.job.prompt_tokens)
+                output = Finish(
+                    output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
+                )
             events = self.assembler.finish(output, completed_at=int(time.time()))
         keeps_state = self.job.store or self.job.conversation_id is not None
-        await self._emit(events, final=self.assembler.response if keeps_state else None)
+        first = events[0].sequence_number
+        try:
+            await self._emit(events, final=self.assembler.response if keeps_state else None)
+        except LeaseLost:
+            # The row was ended (cancel, reconciler) or taken over meanwhile: say what it says, not what we made.
+            self._lost = True
+            await self._publish(await row_verdict(self.sessionmaker, self.job, first))
+        except Exception:
+            logger.exception("could not store the final state of %s", self.job.response_id)
+            self._lost = True
+            await self._publish(await self._fail_unstored(first))
+
+    async def _fail_unstored(self, sequence_number: int) -> dict[str, Any] | None:
+        """The final commit failed: end the response failed (a smaller write) so that it does not hang."""
+        failed = self.assembler.response.model_copy(
+            update={
+                "status": "failed",
+                "error": ResponseError(code="server_error", message=STORE_FAILED_MESSAGE),
+                "output": [],
+                "usage": None,
+                "incomplete_details": None,
+                "completed_at": None,
+            },
+            deep=True,
+        )
+        event = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number, response=failed)
+        payload = event.model_dump(mode="json")
+
+        async def store() -> None:
+            async with self.sessionmaker() as session, session.begin():
+                if self.job.store and not await jobs.finish_held(
+                    session, self.job.response_id, owner=self.owner, values=final_values(failed)
+                ):
+                    raise LeaseLost(self.job.response_id)
+                if self.job.keep_events:
+                    await repository.insert_events(session, self.job.response_id, [payload])
+
+        try:
+            await store_with_retries(store, budget_s=self.lease_s)
+        except LeaseLost:
+            return await row_verdict(self.sessionmaker, self.job, sequence_number)
+        except Exception:
+            # The database is gone for longer than a lease: reconciliation ends (or retries) it once it is back.
+            logger.exception("could not fail %s either; leaving it to reconciliation", self.job.response_id)
+            return None
+        return payload
+
+    async def _publish(self, event: dict[str, Any] | None) -> None:
+        if event is not None:
+            await publish_quietly(self.bus, self.job.response_id, event)
+
+    async def _hand_over(self) -> None:
+        """Stopping (shutdown): give the lease up at once so that another worker takes the job over."""
+        progress = None if self.job.keep_events else self._progress()
+        with contextlib.suppress(Exception):
+            async with self.sessionmaker() as session, session.begin():
+                await jobs.renew(
+                    session,
+                    self.job.response_id,
+                    owner=self.owner,
+                    now=utc_now(),
+                    lease_until=utc_now(),
+                    progress=progress,
+                )
 
     async def run(self, runner: ModelRunner) -> None:
         if not await self._claim():
-            logger.info("response %s is no longer queued; not generating it", self.job.response_id)
+            logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
-        self.assembler.response.status = "in_progress"
-        await self._emit(self.assembler.start())
-        generation = runner.start(self.job)
-        heartbeat = asyncio.create_task(self._heartbeat()) if self.job.store else None
-        finished = False
+        job = self._resume(runner)
         try:
-            finished = await self._relay(generation)
+            if not self.resumed:
+                await self._emit(self.assembler.start())
+        except LeaseLost:
+            return
+        generation = runner.start(job)
+        heartbeat = asyncio.create_task(self._heartbeat(generation)) if self.job.store else None
+        try:
+            if self.cancel_requested or await self._cancel_stored():
+                generation.cancel()
+            await self._relay(generation)
+        except LeaseLost:
+            self._lost = True
+            logger.warning("lost the lease of %s: another worker has it, or it ended", self.job.response_id)
+        except asyncio.CancelledError:
+            # A worker shutting down hands a background job over rather than ending it.
+            self._handing_over = self.background and self.job.store
+            raise
+        except Exception:
+            self._lost = True
+            logger.exception("generation of %s stopped; its lease will expire and be reconciled", job.response_id)
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
-            if not finished:
-                # Stopped from outside (shutdown, a lost connection): stop the model and store what it made.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+            if not self._ended:
                 generation.cancel()
                 with anyio.CancelScope(shield=True):
-                    await self._relay(generation)
+                    # Stopped from outside (shutdown, a lost connection): stop the model and store what it made,
+                    # unless the job goes to another worker or is no longer ours.
+                    silent = self._lost or self._handing_over
+                    await self._relay(generation, silent=silent)
+                    if self._handing_over:
+                        await self._hand_over()
 
-    async def _relay(self, generation: GenerationRun) -> bool:
+    async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
         outputs: AsyncIterator[Any] = generation.outputs()
         async for output in outputs:
             if isinstance(output, str | ScoredPiece):
+                if silent:
+                    continue
+                self.pieces.append(output if isinstance(output, str) else output.text)
                 await self._emit(self.assembler.text(output))
             else:
-                await self._close(output)
-                return True
-        return False
+                self._ended = True  # read once: a close that raises must not wait for it again
+                if not silent:
+                    await self._close(output)
+                return
 
 
 def final_values(response: ResponseObject) -> dict[str, Any]:
@@ -138,6 +355,12 @@ def final_values(response: ResponseObject) -> dict[str, Any]:
 
 
 async def execute_job(
-    job: GenerationJob, runner: ModelRunner, sessionmaker: async_sessionmaker[AsyncSession], bus: EventBus
+    job: GenerationJob,
+    runner: ModelRunner,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    bus: EventBus,
+    *,
+    owner: str,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> None:
-    await JobExecution(job, sessionmaker, bus).run(runner)
+    await JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s).run(runner)

@@ -1,11 +1,163 @@
-"""Responses whose generation can never finish: how they are ended."""
+"""Responses whose generation stopped: taken over by another run, or ended with a terminal event equal to GET.
+
+Reconciliation needs no live worker: it reads the database (one page of expired leases, one page of queued jobs
+a round), so an API node can run it as well as a worker.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.db.models import ResponseRow
+from app.db.repositories import jobs
 from app.db.repositories import responses as repository
+from app.queue.base import EventBus, GenerationJob, GenerationQueue
 from app.runtime import Runtime
+from app.services.job_progress import publish_quietly, terminal_event
+
+logger = logging.getLogger(__name__)
 
 LOST_GENERATION_ERROR = {"code": "server_error", "message": "The server stopped before this response finished."}
+#: Expired leases, and queued jobs, looked at per round.
+RECONCILE_PAGE = 100
+#: A queued response older than this whose job the queue no longer has is enqueued again.
+LOST_JOB_AGE_S = 10
+
+
+def gave_up_error(attempts: int) -> dict[str, Any]:
+    return {
+        "code": "server_error",
+        "message": f"The server stopped {attempts} times while generating this response; it was not retried again.",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPolicy:
+    lease_s: float
+    max_attempts: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RecoveryPolicy:
+        return cls(lease_s=settings.lease_s, max_attempts=settings.max_attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    taken_over: int = 0
+    ended: int = 0
+    requeued: int = 0
+
+
+async def end_response(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    bus: EventBus | None,
+    response_id: str,
+    *,
+    status: str,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """End a response that nobody holds (queued, or its lease expired) as `status`: with a stored terminal event
+    when its events are kept (so a replay ends), published for live streams. None when someone holds it or it
+    has ended."""
+    async with sessionmaker() as session, session.begin():
+        if not await jobs.end_unheld(session, response_id, now=utc_now(), values={"status": status, "error": error}):
+            return None
+        row = await repository.get_by_id(session, response_id)
+        if row is None:
+            return None
+        keeps_events = row.background and row.stream
+        sequence = await jobs.next_sequence_number(session, response_id) if keeps_events else 0
+        event = terminal_event(row, sequence)
+        if keeps_events:
+            await repository.insert_events(session, response_id, [event])
+    if bus is not None and keeps_events:
+        # A live relay of an unkept stream has its own sequence numbers: it ends from the stored row instead.
+        await publish_quietly(bus, response_id, event)
+    return event
+
+
+def _resumable(row: ResponseRow) -> bool:
+    if row.job is None or not row.background:
+        return False
+    if row.progress is None or not row.progress.get("pieces"):
+        return True
+    sampling = row.job.get("sampling", {})
+    # A grammar's state and logprobs are not carried over: such a job starts again only if it had said nothing.
+    return sampling.get("grammar") is None and sampling.get("top_logprobs") is None
+
+
+@dataclass
+class Reconciler:
+    """One round at a time: expired leases are taken over (background jobs with tries left) or ended; queued
+    jobs that the queue lost are enqueued again. Keeps its place in the queued jobs between rounds."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    queue: GenerationQueue
+    policy: RecoveryPolicy
+    _cursor: tuple[datetime, str] | None = field(default=None)
+
+    async def run_round(self) -> RoundReport:
+        now = utc_now()
+        async with self.sessionmaker() as session:
+            expired = await jobs.expired_leases(session, now=now, limit=RECONCILE_PAGE)
+        taken_over = ended = 0
+        for row in expired:
+            if await self._settle(row, now):
+                taken_over += 1
+            else:
+                ended += 1
+        requeued = await self._requeue_lost(now)
+        if taken_over or ended or requeued:
+            logger.warning("reconciled: %d taken over, %d ended, %d re-enqueued", taken_over, ended, requeued)
+        return RoundReport(taken_over, ended, requeued)
+
+    async def _settle(self, row: ResponseRow, now: datetime) -> bool:
+        """True when the job goes to another run; False when the response was ended (or is no longer ours)."""
+        bus = self.queue.bus
+        if row.cancel_requested_at is not None:
+            await end_response(self.sessionmaker, bus, row.id, status="cancelled")
+            return False
+        if _resumable(row) and row.attempts < self.policy.max_attempts:
+            assert row.job is not None
+            until = now + timedelta(seconds=self.policy.lease_s)
+            async with self.sessionmaker() as session, session.begin():
+                released = await jobs.release_for_takeover(session, row.id, now=now, until=until)
+            if released:
+                logger.warning("response %s lost its worker %s: enqueued again", row.id, row.lease_owner)
+                # If this fails (the queue is down), the lease given expires and the next round tries again.
+                await self.queue.requeue(GenerationJob.from_payload(row.job), row.lease_owner)
+            return released
+        error = gave_up_error(row.attempts) if _resumable(row) else LOST_GENERATION_ERROR
+        await end_response(self.sessionmaker, bus, row.id, status="failed", error=error)
+        return False
+
+    async def _requeue_lost(self, now: datetime) -> int:
+        async with self.sessionmaker() as session:
+            page = await jobs.queued_page(
+                session,
+                created_before=now - timedelta(seconds=LOST_JOB_AGE_S),
+                after=self._cursor,
+                limit=RECONCILE_PAGE,
+            )
+        self._cursor = (page[-1][1], page[-1][0]) if len(page) == RECONCILE_PAGE else None
+        requeued = 0
+        for response_id, _ in page:
+            if await self.queue.job_is_waiting(response_id):
+                continue
+            async with self.sessionmaker() as session:
+                payload = await jobs.get_job(session, response_id)
+            if payload is not None:
+                logger.warning("re-enqueueing %s, which the queue lost", response_id)
+                await self.queue.requeue(GenerationJob.from_payload(payload), None)
+                requeued += 1
+        return requeued
 
 
 async def fail_unfinished_responses(runtime: Runtime) -> int:

@@ -52,8 +52,8 @@ class Cluster:
     def client(self, node: ServerProcess) -> openai.OpenAI:
         return self.clients(node.base_url)
 
-    def new_worker(self, name: str) -> ServerProcess:
-        worker = ServerProcess(self.env(), self.logs / f"{name}.log", command=["worker"]).start()
+    def new_worker(self, name: str, **env: str) -> ServerProcess:
+        worker = ServerProcess({**self.env(), **env}, self.logs / f"{name}.log", command=["worker"]).start()
         self.workers.append(worker)
         return worker
 
@@ -222,12 +222,12 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
     try:
         with redis.Redis.from_url(cluster.redis_url) as connection:
             deadline = time.monotonic() + 60
-            while len(list(connection.scan_iter(match="llama-responses:worker:*"))) < 2:
+            while connection.zcount("llama-responses:workers", time.time(), "+inf") < 2:
                 assert time.monotonic() < deadline, "the workers did not come up"
                 time.sleep(0.2)
             first = a.responses.create(model=model, input="Name a fruit.", temperature=0, max_output_tokens=16)
             owner = connection.get(f"llama-responses:affinity:{first.id}")
-            assert owner is not None and connection.exists(f"llama-responses:worker:{owner.decode()}")
+            assert owner is not None and connection.zscore("llama-responses:workers", owner.decode()) is not None
         # A long job of the same chain goes to the owner and occupies it...
         busy = b.responses.create(
             model=model, input=STORY, previous_response_id=first.id, background=True, max_output_tokens=4000
@@ -319,23 +319,28 @@ def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tm
     assert httpx.get(f"{cluster.api_a.base_url}/v1/responses/{response_id}").json() == final
 
 
-def test_a_worker_killed_mid_job_fails_the_response_in_time(cluster: Cluster) -> None:
+def test_a_worker_killed_mid_job_is_taken_over_in_time(cluster: Cluster) -> None:
     a = cluster.client(cluster.api_a)
-    doomed = cluster.new_worker("doomed")
+    # Short leases, so that the takeover (not the lease) is what this measures; the defaults add ~15 s.
+    fast = {"RESPONSES_LEASE_S": "3", "RESPONSES_RECONCILE_INTERVAL_S": "1"}
+    doomed = cluster.new_worker("doomed", **fast)
     try:
         cluster.worker.kill()  # only the doomed worker is left to take the job
         wait_until_ready(cluster.api_a.base_url)
-        created = a.responses.create(model=model_of(a), input=STORY, background=True, max_output_tokens=4000)
+        created = a.responses.create(
+            model=model_of(a), input=STORY, background=True, max_output_tokens=48, temperature=0
+        )
         deadline = time.monotonic() + 30
         while a.responses.retrieve(created.id).status != "in_progress" and time.monotonic() < deadline:
             time.sleep(0.05)
         doomed.kill()
         killed_at = time.monotonic()
-        cluster.worker = cluster.new_worker("worker-2")
+        cluster.worker = cluster.new_worker("worker-2", **fast)
         settled = poll(a, created.id, timeout_s=RECOVERY_BOUND_S + 10)
         recovery_s = time.monotonic() - killed_at
-        print(f"\nworker SIGKILL -> response settled as {settled.status} in {recovery_s:.1f} s")
-        assert settled.status == "failed" and settled.error is not None and settled.error.code == "server_error"
+        print(f"\nworker SIGKILL -> response taken over and {settled.status} in {recovery_s:.1f} s")
+        # Its lease expires, the new worker's reconciliation enqueues it again and it continues.
+        assert settled.status in ("completed", "incomplete") and settled.error is None, settled.error
         assert recovery_s <= RECOVERY_BOUND_S
     finally:
         doomed.kill()

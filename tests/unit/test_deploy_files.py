@@ -32,6 +32,8 @@ def test_compose_services_run_our_cli_with_real_settings() -> None:
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert "RESPONSES_REDIS_URL" in services["worker"]["environment"]
+    for name in ("postgres", "redis", "api", "worker"):  # a crashed process comes back without an operator
+        assert services[name]["restart"] in ("always", "unless-stopped"), name
 
 
 def k8s_documents() -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Index, String
+from sqlalchemy import JSON, Boolean, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UtcDateTime, utc_now
@@ -27,10 +27,22 @@ class ResponseRow(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     incomplete_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    #: The generation job (prompt tokens, sampling), kept so that a job lost with Redis can be enqueued again.
+    #: The generation job (prompt tokens, sampling), kept so that a job lost with Redis can be enqueued again
+    #: and a background job whose worker died can be taken over; dropped once the response ends (or, for a
+    #: foreground job, which is never taken over, once claimed).
     job: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    #: Refreshed by the worker while it generates; a stale one means the worker died.
+    #: Refreshed by the worker while it generates.
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    #: The worker that holds the job, and until when: its heartbeat renews the lease; only an expired one is
+    #: taken over (or ended) by the reconciler.
+    lease_owner: Mapped[str | None] = mapped_column(String(64), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    #: Set by a cancel before anything else: whoever holds or later takes the job honours it.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    #: How many times a worker claimed the job (the first run, then each takeover).
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: What the generation produced so far (text pieces, the ids it gave out), for a takeover to continue from.
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now, onupdate=utc_now)
     completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
@@ -38,4 +50,6 @@ class ResponseRow(Base):
     __table_args__ = (
         Index("ix_responses_previous_response_id", "previous_response_id"),
         Index("ix_responses_status", "status"),
+        Index("ix_responses_status_lease_expires_at", "status", "lease_expires_at"),
+        Index("ix_responses_status_created_at", "status", "created_at"),
     )

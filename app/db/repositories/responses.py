@@ -153,20 +153,6 @@ async def get_status(session: AsyncSession, response_id: str) -> str | None:
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def fail_stale(session: AsyncSession, *, heartbeat_before: datetime, error: dict[str, Any]) -> int:
-    """Fail in-progress responses whose worker stopped beating; returns how many."""
-    values = {"status": "failed", "error": error}
-    return await _update_while_status(session, ("in_progress",), values, ResponseRow.heartbeat_at < heartbeat_before)
-
-
-async def queued_jobs(session: AsyncSession, *, created_before: datetime) -> list[dict[str, Any]]:
-    """The stored jobs of responses still queued since before `created_before`."""
-    query = select(ResponseRow.job).where(
-        ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
-    )
-    return [job for job in (await session.execute(query)).scalars() if job is not None]
-
-
 async def prune_events(session: AsyncSession, *, ended_before: datetime, statuses: Iterable[str], limit: int) -> int:
     """Delete the stored events of up to `limit` responses in `statuses` last updated before `ended_before`;
     returns how many responses. Every stored stream has an event 0, found through the events' primary key: the

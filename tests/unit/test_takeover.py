@@ -1,0 +1,172 @@
+"""Leases in-process with the fake model: a run that dies is taken over and continues exactly once; a lost
+lease or a stored cancel ends the response with one terminal event that equals GET; the reconciler needs no
+live run to end what is lost."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import update
+
+from app.db.base import utc_now
+from app.db.models import ResponseRow
+from app.db.repositories import jobs
+from app.db.repositories import responses as repository
+from app.runtime import Runtime
+from app.services.recovery import Reconciler, RecoveryPolicy
+from app.services.streams import TERMINAL_EVENT_TYPES
+from tests.fakes import FakeRunner
+from tests.protocol import assert_well_formed_stream, parse_sse
+
+pytestmark = pytest.mark.settings(lease_s=1, max_attempts=2)
+STREAM = {"input": "hi", "background": True, "stream": True}
+
+
+def reconciler(runtime: Runtime) -> Reconciler:
+    return Reconciler(runtime.sessionmaker, runtime.queue, RecoveryPolicy.from_settings(runtime.settings))
+
+
+async def row_of(runtime: Runtime, response_id: str) -> ResponseRow:
+    async with runtime.sessionmaker() as session:
+        row = await repository.get_by_id(session, response_id)
+    assert row is not None
+    return row
+
+
+async def started(runner: FakeRunner, count: int = 1) -> str:
+    while len(runner.jobs) < count:
+        await asyncio.sleep(0.01)
+    return runner.jobs[-1].response_id
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(12)], 5
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    first = runner.jobs[0]
+    runner.crash_after = None  # the next run lives
+    # The dead run's lease expires (1 s); nothing else ends the response until reconciliation looks.
+    await asyncio.sleep(1.2)
+    assert (await row_of(app_runtime, response_id)).status == "in_progress"
+    report = await reconciler(app_runtime).run_round()
+    assert report.taken_over == 1
+    events = parse_sse((await live).text)
+    final = assert_well_formed_stream(events)
+    assert final["status"] == "completed"
+    text = final["output"][0]["content"][0]["text"]
+    assert text.startswith("w0 w1 w2 w3 w4") and text.count("w0") == 2
+    again = runner.jobs[1]
+    written = runner.tokenize("w0 w1 w2 w3 w4")
+    assert again.prompt_tokens == [*first.prompt_tokens, *written]
+    assert final["usage"]["input_tokens"] == len(first.prompt_tokens)
+    assert final["usage"]["output_tokens"] == len(written) + 12
+    replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    assert replayed == events
+    row = await row_of(app_runtime, response_id)
+    assert row.attempts == 2 and row.job is None and row.progress is None
+
+
+def assert_ends_once(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stream ended by a verdict (not by its run): every event once, in order, one terminal event, last.
+    NOTE: the verdict does not close the items the run left open: it knows the stored row, not the model's."""
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created"
+    terminal = [event for event in events if event["type"] in TERMINAL_EVENT_TYPES]
+    assert terminal == [events[-1]]
+    final: dict[str, Any] = events[-1]["response"]
+    return final
+
+
+async def test_a_job_is_failed_after_its_last_attempt_with_a_terminal_event(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(12)], 3
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    await asyncio.sleep(1.2)
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    await started(runner, 2)  # the second run dies too: max_attempts is 2
+    await asyncio.sleep(1.2)
+    assert (await reconciler(app_runtime).run_round()).ended == 1
+    events = parse_sse((await live).text)
+    final = assert_ends_once(events)
+    assert final["status"] == "failed" and "2 times" in final["error"]["message"]
+    replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    assert replayed == events and replayed[-1]["type"] == "response.failed"
+    assert (await client.get(f"/v1/responses/{response_id}")).json() == final
+
+
+async def test_a_run_whose_response_was_ended_meanwhile_publishes_what_the_row_says(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply = 0.02, [f"w{index}" for index in range(200)]
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    await asyncio.sleep(0.1)
+    # As if the run's lease had expired during a database outage and been given to someone else, then the
+    # response failed by reconciliation.
+    async with app_runtime.sessionmaker() as session, session.begin():
+        past = utc_now() - timedelta(seconds=5)
+        lost = {"lease_expires_at": past, "lease_owner": "worker_gone"}
+        await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**lost))
+    policy = RecoveryPolicy(lease_s=1, max_attempts=1)
+    ended = await Reconciler(app_runtime.sessionmaker, app_runtime.queue, policy).run_round()
+    assert ended.ended == 1
+    events = parse_sse((await live).text)
+    final = assert_ends_once(events)
+    assert final["status"] == "failed"
+    assert (await client.get(f"/v1/responses/{response_id}")).json() == final
+    # The run noticed at its next write and stopped: it stored nothing after the verdict.
+    await until(lambda: runner.runs[response_id].cancelled)
+    stored = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    assert stored == events
+
+
+async def test_a_stored_cancel_without_its_signal_is_honoured_by_the_run(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply = 0.02, [f"w{index}" for index in range(200)]
+    created = (await client.post("/v1/responses", json={"input": "hi", "background": True})).json()
+    await started(runner)
+    # A cancel stored whose signal never came (lost while the cancel listener reconnected): the run's
+    # heartbeat reads it.
+    async with app_runtime.sessionmaker() as session, session.begin():
+        await jobs.request_cancel(session, created["id"], now=utc_now())
+    await until(lambda: runner.runs[created["id"]].cancelled)
+    done = (await client.get(f"/v1/responses/{created['id']}")).json()
+    for _ in range(100):
+        if done["status"] == "cancelled":
+            break
+        await asyncio.sleep(0.02)
+        done = (await client.get(f"/v1/responses/{created['id']}")).json()
+    assert done["status"] == "cancelled"
+
+
+async def test_a_cancel_of_a_response_whose_worker_died_ends_it_without_a_worker(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(50)], 3
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    await until(lambda: runner.runs[response_id].produced == 3)
+    reply = await client.post(f"/v1/responses/{response_id}/cancel")  # waits for the dead run's lease (1 s)
+    assert reply.status_code == 200 and reply.json()["status"] == "cancelled"
+    events = parse_sse((await live).text)
+    assert events[-1]["type"] == "response.cancelled" and events[-1]["response"] == reply.json()
+    replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    assert replayed == events
+    assert len(runner.jobs) == 1  # nothing ran it again
