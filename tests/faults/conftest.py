@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,10 +13,16 @@ from tests.faults.harness import Cluster, PostgresServer, RedisServer, private_c
 
 
 @pytest.fixture(scope="module")
-def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, PostgresServer, RedisServer]]:
-    """(cluster, postgres, redis): a migrated private Postgres, a private Redis, no processes yet."""
-    with private_cluster(tmp_path_factory.mktemp("faults"), RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS="48") as made:
+def private() -> Iterator[tuple[Cluster, PostgresServer, RedisServer]]:
+    """(cluster, postgres, redis): a migrated private Postgres, a private Redis, no processes yet.
+
+    The processes' logs go to a directory of this module's own, not pytest's tmp_path: pytest prunes old basetemp
+    directories, including those of other pytest runs still going on the same machine.
+    """
+    logs = Path(tempfile.mkdtemp(prefix="llama-responses-faults-"))
+    with private_cluster(logs, RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS="48") as made:
         yield made
+    shutil.rmtree(logs, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,8 @@ pytestmark = pytest.mark.integration
 WORKER_LOSS_BOUND_S = 30
 POSTGRES_RECOVERY_BOUND_S = 15
 POSTGRES_OUTAGE_S = 10
+#: The background creates made around the outage (about one a second) all end within this.
+SETTLE_BOUND_S = 120
 
 
 @dataclass
@@ -48,8 +50,14 @@ class Nodes:
         self.cluster.wait_ready(self.api_a)
 
 
+#: Reconciliation every second, and no takeover: a response whose worker dies is failed (by whichever process
+#: reconciles first), so that the replay of a reconciler-failed response can be tested.
+RECONCILE_FAST = {"RESPONSES_RECONCILE_INTERVAL_S": "1", "RESPONSES_MAX_ATTEMPTS": "1"}
+
+
 @pytest.fixture(scope="module")
 def nodes(cluster: Cluster) -> Iterator[Nodes]:
+    cluster.extra_env.update(RECONCILE_FAST)
     worker = cluster.worker("worker")
     api_a, api_b = cluster.api("api_a"), cluster.api("api_b")
     cluster.wait_ready(api_a)
@@ -164,14 +172,55 @@ def test_a_postgres_outage_is_clean_503s_then_recovers_without_restarts(nodes: N
         assert process.process is not None and process.process.poll() is None, "a process died with Postgres"
     # Every create answered 200 is stored and ends; none answered 503 left a row behind.
     created = [status for _, kind, status in answers if kind == "created"]
+    deadline = time.monotonic() + SETTLE_BOUND_S  # one bound for all: on a loaded machine they queue behind each other
     for response_id in created:
-        assert poll_terminal(base, response_id, WORKER_LOSS_BOUND_S)["status"] in TERMINAL_STATUSES
+        left = max(deadline - time.monotonic(), 1)
+        assert poll_terminal(base, response_id, left)["status"] in TERMINAL_STATUSES, response_id
     stored = db_fetch(nodes.cluster.database_url, "SELECT count(*) FROM responses WHERE background")
     assert stored >= len(created)
     print(
         f"\nPostgres down {POSTGRES_OUTAGE_S}s: {statuses.count(503)} answers 503, 0 answers 500; "
         f"first GET 200 {recovered[0]:.1f}s after it came back"
     )
+
+
+def test_the_replay_of_a_reconciler_failed_response_ends_with_its_row(nodes: Nodes) -> None:
+    nodes.worker.stop()
+    doomed = nodes.cluster.worker("doomed", RESPONSES_LEASE_S="3")
+    try:
+        nodes.cluster.wait_ready(nodes.api_a)
+        reader = StreamReader("POST", f"{nodes.api_a.base_url}/v1/responses", background_stream_body(2000))
+        assert reader.wait_for(
+            lambda events: any(event["type"] == "response.output_text.delta" for event in events), 60
+        ), reader.error
+        sigkill(doomed)
+        killed_at = time.monotonic()
+        reader.join(WORKER_LOSS_BOUND_S + 10)
+        assert reader.done and reader.terminal is not None and reader.terminal["type"] == "response.failed"
+        assert reader.ended_at is not None and reader.ended_at - killed_at <= WORKER_LOSS_BOUND_S
+        print(f"\nworker SIGKILL (no takeover) -> background stream ended failed in {reader.ended_at - killed_at:.1f}s")
+        response_id = reader.response_id
+        replay = httpx.get(f"{nodes.api_b.base_url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=30)
+        assert replay.text.endswith("data: [DONE]\n\n")
+        replayed = parse_sse(replay.text)
+        # What the live client saw, exactly: 0..n without a gap, one terminal event, last. (A generation cut off
+        # leaves its message item open, as a failed one does; assert_well_formed_stream wants every item closed.)
+        assert replayed == reader.events
+        assert [event["sequence_number"] for event in replayed] == list(range(len(replayed)))
+        assert [event["type"] in TERMINAL_EVENTS for event in replayed].count(True) == 1
+        final = replayed[-1]["response"]
+        assert final == httpx.get(f"{nodes.api_a.base_url}/v1/responses/{response_id}").json()
+        assert final["status"] == "failed" and final["error"]["code"] == "server_error"
+        last = db_rows(
+            nodes.cluster.database_url,
+            "SELECT event->>'type' AS type FROM response_events WHERE response_id = $1 "
+            "ORDER BY sequence_number DESC LIMIT 1",
+            response_id,
+        )
+        assert last == [{"type": "response.failed"}]
+    finally:
+        sigkill(doomed)
+        nodes.replace_worker()
 
 
 def test_an_unstored_stream_whose_worker_dies_ends_failed(nodes: Nodes) -> None:
