@@ -19,7 +19,7 @@ from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
 from app.runtime import Runtime
 from app.services.periodic import run_periodically
-from app.services.recovery import fail_unfinished_responses
+from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
 from app.services.retention import PRUNE_INTERVAL_S, prune_finished_events
 from app.services.sealing import load_sealer
 
@@ -95,6 +95,11 @@ def create_app(
                 lambda: prune_finished_events(sessionmaker, settings.events_retention_hours),
             )
             maintenance.append(asyncio.create_task(prune))
+        # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
+        # client's stream ended) even when no worker is alive to notice.
+        reconciler = Reconciler(sessionmaker, queue, RecoveryPolicy.from_settings(settings))
+        reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
+        maintenance.append(asyncio.create_task(reconcile))
         try:
             yield
         finally:

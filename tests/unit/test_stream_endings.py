@@ -201,3 +201,27 @@ async def test_a_database_that_cannot_accept_connections_is_a_503(
     reply = await client.get("/v1/responses/resp_x")
     assert reply.status_code == 503, reply.text
     assert reply.json()["error"]["type"] == "server_error"
+
+
+@pytest.mark.settings(reconcile_interval_s=0.05)
+async def test_embedded_mode_reconciles_while_running(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
+    # A generation of this process that died without ending its response: in progress, its lease run out.
+    row = ResponseRow(
+        id="resp_orphan",
+        tenant="public",
+        status="in_progress",
+        model="fake-model",
+        params={},
+        output=[],
+        background=False,
+        lease_owner="node_gone",
+        lease_expires_at=utc_now() - timedelta(seconds=1),
+    )
+    async with app_runtime.sessionmaker() as session, session.begin():
+        await repository.insert_response(session, row, [])
+    for _ in range(200):
+        body = (await client.get("/v1/responses/resp_orphan")).json()
+        if body["status"] != "in_progress":
+            break
+        await asyncio.sleep(0.02)
+    assert body["status"] == "failed" and body["error"]["code"] == "server_error"
