@@ -35,9 +35,10 @@ pytestmark = pytest.mark.integration
 
 FAST_LEASES = {"RESPONSES_LEASE_S": "3", "RESPONSES_RECONCILE_INTERVAL_S": "1", "RESPONSES_WORKER_CONCURRENCY": "2"}
 STORY = "Write a long story about a dragon who learns to bake bread."
-STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 64, "temperature": 0}
-#: Kill -> the stream's terminal event: lease (3 s) + a reconciliation round (1 s) + the rest of the generation.
-TAKEOVER_BOUND_S = 45
+STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 32, "temperature": 0}
+#: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
+#: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.
+TAKEOVER_BOUND_S = 120
 READY_LINE = re.compile(r"worker (worker_\w+) ready: model ")
 
 
@@ -53,9 +54,14 @@ def api(cluster: Cluster) -> ServerProcess:
 
 @pytest.fixture
 def workers(cluster: Cluster) -> Iterator[list[ServerProcess]]:
-    """The workers a test starts; all stopped at its end, so that the next test starts from none."""
+    """The workers a test starts; all stopped at its end, and whatever it left unfinished ended, so that the next
+    test starts from no worker and no job (a stopping worker hands its jobs over to the next one otherwise)."""
     started: list[ServerProcess] = []
     yield started
+    db_rows(
+        cluster.database_url,
+        "UPDATE responses SET status = 'failed', job = NULL WHERE status IN ('queued', 'in_progress')",
+    )
     for worker in started:
         worker.stop()
 
@@ -100,7 +106,7 @@ def stored_events(api: ServerProcess, response_id: str) -> list[dict[str, Any]]:
 
 def kill_the_holder(cluster: Cluster, reader: StreamReader, candidates: list[ServerProcess]) -> tuple[str, float]:
     """SIGKILL whichever worker holds the stream's job, once some text has streamed; (response id, kill time)."""
-    assert reader.wait_for(lambda events: deltas(events) >= 5, timeout_s=90), reader.events
+    assert reader.wait_for(lambda events: deltas(events) >= 4, timeout_s=90), reader.events
     response_id = reader.response_id
     assert response_id is not None
     owner = db_fetch(cluster.database_url, "SELECT lease_owner FROM responses WHERE id = $1", response_id)
@@ -178,9 +184,9 @@ def test_a_redis_restart_kills_no_worker_and_loses_no_job(
     redis_server.start()  # empty: every queued job is gone from it
     restarted_at = time.monotonic()
     assert worker.process is not None and worker.process.poll() is None, "the worker died with Redis"
-    assert poll_terminal(api.base_url, running["id"], 60)["status"] in ("completed", "incomplete")
+    assert poll_terminal(api.base_url, running["id"], 180)["status"] in ("completed", "incomplete")
     for response_id in queued:
-        assert poll_terminal(api.base_url, response_id, 120)["status"] in ("completed", "incomplete"), response_id
+        assert poll_terminal(api.base_url, response_id, 180)["status"] in ("completed", "incomplete"), response_id
     print(f"\nRedis restart -> running and {len(queued)} queued done in {time.monotonic() - restarted_at:.1f} s")
     assert worker.process.poll() is None
     assert (
