@@ -35,9 +35,10 @@ pytestmark = pytest.mark.integration
 
 FAST_LEASES = {"RESPONSES_LEASE_S": "3", "RESPONSES_RECONCILE_INTERVAL_S": "1", "RESPONSES_WORKER_CONCURRENCY": "2"}
 STORY = "Write a long story about a dragon who learns to bake bread."
-STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 120, "temperature": 0}
-#: Kill -> the stream's terminal event: lease (3 s) + a reconciliation round (1 s) + the rest of the generation.
-TAKEOVER_BOUND_S = 45
+STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 32, "temperature": 0}
+#: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
+#: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.
+TAKEOVER_BOUND_S = 120
 READY_LINE = re.compile(r"worker (worker_\w+) ready: model ")
 
 
@@ -53,9 +54,14 @@ def api(cluster: Cluster) -> ServerProcess:
 
 @pytest.fixture
 def workers(cluster: Cluster) -> Iterator[list[ServerProcess]]:
-    """The workers a test starts; all stopped at its end, so that the next test starts from none."""
+    """The workers a test starts; all stopped at its end, and whatever it left unfinished ended, so that the next
+    test starts from no worker and no job (a stopping worker hands its jobs over to the next one otherwise)."""
     started: list[ServerProcess] = []
     yield started
+    db_rows(
+        cluster.database_url,
+        "UPDATE responses SET status = 'failed', job = NULL WHERE status IN ('queued', 'in_progress')",
+    )
     for worker in started:
         worker.stop()
 
@@ -100,13 +106,25 @@ def stored_events(api: ServerProcess, response_id: str) -> list[dict[str, Any]]:
 
 def kill_the_holder(cluster: Cluster, reader: StreamReader, candidates: list[ServerProcess]) -> tuple[str, float]:
     """SIGKILL whichever worker holds the stream's job, once some text has streamed; (response id, kill time)."""
-    assert reader.wait_for(lambda events: deltas(events) >= 5, timeout_s=90), reader.events
+    assert reader.wait_for(lambda events: deltas(events) >= 4, timeout_s=90), reader.events
     response_id = reader.response_id
     assert response_id is not None
     owner = db_fetch(cluster.database_url, "SELECT lease_owner FROM responses WHERE id = $1", response_id)
     holder = next(worker for worker in candidates if worker_id(worker) == owner)
     sigkill(holder)
     return response_id, time.monotonic()
+
+
+def report_resumed(reader: StreamReader, killed_at: float, label: str) -> None:
+    """Print how long after the kill the stream's next event came (the takeover) and when it ended."""
+    seen = len(reader.events)
+    assert reader.wait_for(lambda events: len(events) > seen, timeout_s=TAKEOVER_BOUND_S)
+    resumed_s = time.monotonic() - killed_at
+    reader.join(TAKEOVER_BOUND_S)
+    assert reader.ended_at is not None
+    print(
+        f"\nworker SIGKILL, {label}: stream resumed {resumed_s:.1f} s, ended {reader.ended_at - killed_at:.1f} s after"
+    )
 
 
 def assert_taken_over(cluster: Cluster, api: ServerProcess, reader: StreamReader, response_id: str) -> None:
@@ -126,9 +144,7 @@ def test_a_worker_killed_mid_stream_is_taken_over_by_another_worker(
     second = start_worker(cluster, workers, api)
     reader = StreamReader("POST", f"{api.base_url}/v1/responses", STREAM)
     response_id, killed_at = kill_the_holder(cluster, reader, [first, second])
-    reader.join(TAKEOVER_BOUND_S)
-    assert reader.ended_at is not None
-    print(f"\nworker SIGKILL, second worker alive -> stream ended in {reader.ended_at - killed_at:.1f} s")
+    report_resumed(reader, killed_at, "second worker alive")
     assert_taken_over(cluster, api, reader, response_id)
 
 
@@ -141,9 +157,7 @@ def test_a_worker_killed_mid_stream_alone_is_taken_over_after_it_restarts(
     time.sleep(1)
     assert reader.alive and row(cluster, response_id)["status"] == "in_progress"  # waits; nothing lost
     start_worker(cluster, workers, api)
-    reader.join(TAKEOVER_BOUND_S + 30)
-    assert reader.ended_at is not None
-    print(f"\nonly worker SIGKILL, restarted -> stream ended {reader.ended_at - killed_at:.1f} s after the kill")
+    report_resumed(reader, killed_at, "only worker, restarted")
     assert_taken_over(cluster, api, reader, response_id)
 
 
@@ -153,7 +167,7 @@ def test_a_redis_restart_kills_no_worker_and_loses_no_job(
     worker = start_worker(cluster, workers, api)
     running = httpx.post(
         f"{api.base_url}/v1/responses",
-        json={"input": STORY, "background": True, "max_output_tokens": 64, "temperature": 0},
+        json={"input": STORY, "background": True, "max_output_tokens": 48, "temperature": 0},
         timeout=30,
     ).json()
     assert wait_for_status(api.base_url, running["id"], {"in_progress"}, 30)["status"] == "in_progress"
@@ -163,16 +177,16 @@ def test_a_redis_restart_kills_no_worker_and_loses_no_job(
             json={"input": f"Say {index}.", "background": True, "max_output_tokens": 16},
             timeout=30,
         ).json()["id"]
-        for index in range(12)
+        for index in range(8)
     ]
     redis_server.stop()
     time.sleep(2)
     redis_server.start()  # empty: every queued job is gone from it
     restarted_at = time.monotonic()
     assert worker.process is not None and worker.process.poll() is None, "the worker died with Redis"
-    assert poll_terminal(api.base_url, running["id"], 60)["status"] in ("completed", "incomplete")
+    assert poll_terminal(api.base_url, running["id"], 180)["status"] in ("completed", "incomplete")
     for response_id in queued:
-        assert poll_terminal(api.base_url, response_id, 120)["status"] in ("completed", "incomplete"), response_id
+        assert poll_terminal(api.base_url, response_id, 180)["status"] in ("completed", "incomplete"), response_id
     print(f"\nRedis restart -> running and {len(queued)} queued done in {time.monotonic() - restarted_at:.1f} s")
     assert worker.process.poll() is None
     assert (

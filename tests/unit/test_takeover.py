@@ -23,7 +23,8 @@ from app.services.streams import TERMINAL_EVENT_TYPES
 from tests.fakes import FakeRunner
 from tests.protocol import assert_well_formed_stream, parse_sse
 
-pytestmark = pytest.mark.settings(lease_s=1, max_attempts=2)
+# Reconciliation rounds are run by hand here (the server's own loop would race them).
+pytestmark = pytest.mark.settings(lease_s=1, max_attempts=2, reconcile_interval_s=3600)
 STREAM = {"input": "hi", "background": True, "stream": True}
 
 
