@@ -95,12 +95,11 @@ def create_app(
                 lambda: prune_finished_events(sessionmaker, settings.events_retention_hours),
             )
             maintenance.append(asyncio.create_task(prune))
-            # Reconciliation wherever generation runs: here, a crashed in-process generation ends terminal.
-            # NOTE: distributed API nodes leave it to the workers: a second, faster reconciler on every API node
-            # raced theirs and re-released a job the surviving worker had not claimed yet (measured under load).
-            reconciler = Reconciler(sessionmaker, queue, RecoveryPolicy.from_settings(settings))
-            reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
-            maintenance.append(asyncio.create_task(reconcile))
+        # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
+        # client's stream ended) even when no worker is alive to notice.
+        reconciler = Reconciler(sessionmaker, queue, RecoveryPolicy.from_settings(settings))
+        reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
+        maintenance.append(asyncio.create_task(reconcile))
         try:
             yield
         finally:
