@@ -53,8 +53,8 @@ class Nodes:
         self.cluster.wait_ready(self.api_a)
 
 
-#: Reconciliation every second, and no takeover: a response whose worker dies is failed (by the workers'
-#: reconciliation), so that the replay of a reconciler-failed response can be tested.
+#: Reconciliation every second, and no takeover: a response whose worker dies is failed (by whichever process
+#: reconciles first), so that the replay of a reconciler-failed response can be tested.
 RECONCILE_FAST = {"RESPONSES_RECONCILE_INTERVAL_S": "1", "RESPONSES_MAX_ATTEMPTS": "1"}
 
 
@@ -200,7 +200,7 @@ def test_the_replay_of_a_reconciler_failed_response_ends_with_its_row(nodes: Nod
         ), reader.error
         sigkill(doomed)
         killed_at = time.monotonic()
-        nodes.replace_worker()  # reconciliation runs on workers: the new one fails what the dead one held
+        nodes.replace_worker()  # as an orchestrator would; whoever reconciles first fails what the dead one held
         reader.join(WORKER_LOSS_BOUND_S + 10)
         assert reader.done and reader.terminal is not None and reader.terminal["type"] == "response.failed"
         assert reader.ended_at is not None and reader.ended_at - killed_at <= WORKER_LOSS_BOUND_S
