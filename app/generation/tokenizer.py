@@ -106,8 +106,9 @@ class ChatTokenizer:
         if not truncate:
             raise ContextTooLong(len(tokens), self.n_ctx)
         # NOTE: rendered once, then counted: each message's own tokens (plus its share of the template's) say how
-        # many of the oldest to drop, and the rest is rendered once more to check; only when the count fell short
-        # are more dropped. Rendering again for every dropped message cost ~23 s of CPU for 100 x 10 KB.
+        # many of the oldest to drop, and the rest is rendered once more to check (more are dropped only when the
+        # count fell short), then once with one message back, since the estimate may drop one too many.
+        # Rendering again for every dropped message cost ~40 s of CPU for 100 x 10 KB (bench/prompt_work.py).
         sizes = [self.count(message.content) for message in conversation]
         head_size = self.count(system.content) if system else 0
         template_share = max(0, len(tokens) - sum(sizes) - head_size) // (len(conversation) + 1)
@@ -120,5 +121,10 @@ class ChatTokenizer:
                 start += 1
             tokens = self.render([*head, *conversation[start:]], template_options)
             if self.fits(len(tokens)):
+                while start > 0:
+                    longer = self.render([*head, *conversation[start - 1 :]], template_options)
+                    if not self.fits(len(longer)):
+                        break
+                    start, tokens = start - 1, longer
                 return tokens
         raise ContextTooLong(len(tokens), self.n_ctx)
