@@ -196,6 +196,19 @@ def _check_combination(request: CreateResponseRequest) -> None:
         )
 
 
+def _check_prompt_size(system: ChatMessage | None, conversation: list[ChatMessage], settings: Settings) -> None:
+    """A bound on the work of rendering (and truncating) a prompt: its history grows with every turn of a chain
+    or a conversation, past what one request body may carry."""
+    chars = sum(len(message.content) for message in conversation) + (len(system.content) if system else 0)
+    if chars > settings.max_prompt_chars:
+        raise InvalidRequest(
+            f"The context (instructions, history and input) is {chars} characters; this server renders prompts of "
+            f"at most {settings.max_prompt_chars}. Start a new conversation or compact this one.",
+            param="input",
+            code="context_length_exceeded",
+        )
+
+
 async def _render(
     runtime: Runtime,
     system: ChatMessage | None,
@@ -286,6 +299,7 @@ async def render_context(
         )
 
     system, conversation = context_of(readable_items)
+    _check_prompt_size(system, conversation, runtime.settings)
     # Templates read the variables they understand and ignore the others.
     template_options: dict[str, Any] = {}
     if request.reasoning and request.reasoning.effort:

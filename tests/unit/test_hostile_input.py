@@ -288,3 +288,15 @@ async def test_a_grammar_llama_cpp_refuses_is_a_400_not_a_failed_response(
         client, app_runtime, {"input": "hi", "text": text}, 400, param="text.format.schema", code="invalid_json_schema"
     )
     assert renderer.grammars, "the grammar was not test-built"
+
+
+@pytest.mark.settings(max_prompt_chars=1024)
+async def test_the_context_a_prompt_is_rendered_from_has_a_limit(
+    client: httpx.AsyncClient, app_runtime: Runtime, renderer: FakeRenderer
+) -> None:
+    first = (await client.post("/v1/responses", json={"input": "word " * 150})).json()
+    renders = len(renderer.rendered)
+    # Each body is small; the chain it continues is what grows past the limit.
+    body = {"input": "word " * 60, "previous_response_id": first["id"], "truncation": "auto"}
+    await assert_refused(client, app_runtime, body, 400, param="input", code="context_length_exceeded")
+    assert len(renderer.rendered) == renders + 1, "the refused context was rendered"  # +1: the still-serving one
