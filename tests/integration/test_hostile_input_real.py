@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,12 @@ def test_truncation_renders_a_few_times_and_keeps_what_dropping_one_at_a_time_ke
     )
     renders: list[int] = []
     render = tokenizer.render
-    monkeypatch.setattr(tokenizer, "render", lambda *args, **kwargs: renders.append(1) or render(*args, **kwargs))
+
+    def counted_render(*args: Any, **kwargs: Any) -> list[int]:
+        renders.append(1)
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "render", counted_render)
     tokens = tokenizer.render_within_context(system, messages, truncate=True)
     assert tokens == render([system, *messages[start:]])
     assert start > 10 and len(renders) <= 4, f"rendered {len(renders)} times for {start} dropped messages"
