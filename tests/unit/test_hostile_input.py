@@ -209,6 +209,10 @@ async def test_one_request_too_many_in_flight_is_a_429_with_retry_after(
     assert reply.headers["retry-after"] == "1"
     assert (await first).status_code == 200
     assert app_runtime.slots.in_flight("public") == 0
+    # A stream holds its slot until its last event, then gives it back.
+    streamed = await client.post("/v1/responses", json={"input": "x", "stream": True})
+    assert "response.completed" in streamed.text
+    assert app_runtime.slots.in_flight("public") == 0
     assert (await client.get("/v1/models")).status_code == 200
 
 
