@@ -39,6 +39,9 @@ from app.services.tools import ToolSetup, echoed_tools, resolve_tools
 from app.services.validation import resolve_model
 
 DEFAULT_TOP_P = 1.0
+#: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
+#: count): such renders run a few at a time (Runtime.heavy_renders).
+HEAVY_PROMPT_CHARS = 64 * 1024
 
 
 def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponseParams:
@@ -217,9 +220,25 @@ async def _render(
     truncate: bool,
     template_options: dict[str, Any] | None,
 ) -> list[int]:
-    return await asyncio.to_thread(
-        runtime.tokenizer.render_within_context, system, messages, truncate=truncate, template_options=template_options
-    )
+    chars = sum(len(message.content) for message in messages) + (len(system.content) if system else 0)
+    if chars < HEAVY_PROMPT_CHARS:
+        return await asyncio.to_thread(
+            runtime.tokenizer.render_within_context,
+            system,
+            messages,
+            truncate=truncate,
+            template_options=template_options,
+        )
+    # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
+    # request's render waits for.
+    async with runtime.heavy_renders:
+        return await asyncio.to_thread(
+            runtime.tokenizer.render_within_context,
+            system,
+            messages,
+            truncate=truncate,
+            template_options=template_options,
+        )
 
 
 async def _prompt_of(
