@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.api.request_guards import RequestGuards
 from app.api.routes import compaction, conversations, health, input_items, input_tokens, models, responses, websocket
 from app.config import Settings
 from app.db import migrations
@@ -22,6 +23,7 @@ from app.services.periodic import run_periodically
 from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
 from app.services.retention import PRUNE_INTERVAL_S, prune_finished_events
 from app.services.sealing import load_sealer
+from app.services.tenant_slots import TenantSlots
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ def create_app(
             tokenizer=tokenizer,
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),
+            slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
         )
         maintenance: list[asyncio.Task[None]] = []
         if settings.embedded:
@@ -111,6 +114,7 @@ def create_app(
 
     app = FastAPI(title="llama-responses", lifespan=lifespan)
     register_error_handlers(app)
+    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
     v1 = APIRouter(prefix="/v1")
     for module in (compaction, input_tokens, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -10,6 +11,10 @@ from app.config import Settings
 from app.generation.types import PromptRenderer
 from app.queue.base import GenerationQueue
 from app.services.sealing import ContentSealer
+from app.services.tenant_slots import TenantSlots
+
+#: Heavy prompt renders at once: the default thread pool has CPUs + 4 threads; two leave room for the rest.
+HEAVY_RENDERS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +28,7 @@ class Runtime:
     queue: GenerationQueue
     #: Seals and opens compaction items (the same key on every node).
     sealer: ContentSealer
+    #: Requests each tenant has in flight here (the per-tenant concurrency limit).
+    slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
+    #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
+    heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))

@@ -39,6 +39,9 @@ from app.services.tools import ToolSetup, echoed_tools, resolve_tools
 from app.services.validation import resolve_model
 
 DEFAULT_TOP_P = 1.0
+#: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
+#: count): such renders run a few at a time (Runtime.heavy_renders).
+HEAVY_PROMPT_CHARS = 64 * 1024
 
 
 def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponseParams:
@@ -87,6 +90,20 @@ def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
         return text_format_grammar(text_format)
     except InvalidSchema as error:
         raise InvalidRequest(str(error), param="text.format.schema", code="invalid_json_schema") from None
+
+
+async def _output_grammar(runtime: Runtime, tools: ToolSetup, text_format: dict[str, Any] | None) -> str | None:
+    """The grammar the generation samples with, built off the event loop (a big schema takes a while), and
+    test-built with llama.cpp here: one that it still refuses is a 400, not a failed response."""
+    param = "tools" if tools.grammar else "text.format.schema"
+    grammar = tools.grammar or await asyncio.to_thread(_grammar_for, text_format)
+    if grammar is not None and not await asyncio.to_thread(runtime.tokenizer.grammar_builds, grammar):
+        raise InvalidRequest(
+            "llama.cpp cannot build the grammar that this schema needs; simplify the schema.",
+            param=param,
+            code="invalid_json_schema" if param == "text.format.schema" else "invalid_function_parameters",
+        )
+    return grammar
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +199,19 @@ def _check_combination(request: CreateResponseRequest) -> None:
         )
 
 
+def _check_prompt_size(system: ChatMessage | None, conversation: list[ChatMessage], settings: Settings) -> None:
+    """A bound on the work of rendering (and truncating) a prompt: its history grows with every turn of a chain
+    or a conversation, past what one request body may carry."""
+    chars = sum(len(message.content) for message in conversation) + (len(system.content) if system else 0)
+    if chars > settings.max_prompt_chars:
+        raise InvalidRequest(
+            f"The context (instructions, history and input) is {chars} characters; this server renders prompts of "
+            f"at most {settings.max_prompt_chars}. Start a new conversation or compact this one.",
+            param="input",
+            code="context_length_exceeded",
+        )
+
+
 async def _render(
     runtime: Runtime,
     system: ChatMessage | None,
@@ -190,9 +220,25 @@ async def _render(
     truncate: bool,
     template_options: dict[str, Any] | None,
 ) -> list[int]:
-    return await asyncio.to_thread(
-        runtime.tokenizer.render_within_context, system, messages, truncate=truncate, template_options=template_options
-    )
+    chars = sum(len(message.content) for message in messages) + (len(system.content) if system else 0)
+    if chars < HEAVY_PROMPT_CHARS:
+        return await asyncio.to_thread(
+            runtime.tokenizer.render_within_context,
+            system,
+            messages,
+            truncate=truncate,
+            template_options=template_options,
+        )
+    # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
+    # request's render waits for.
+    async with runtime.heavy_renders:
+        return await asyncio.to_thread(
+            runtime.tokenizer.render_within_context,
+            system,
+            messages,
+            truncate=truncate,
+            template_options=template_options,
+        )
 
 
 async def _prompt_of(
@@ -247,7 +293,10 @@ async def render_context(
     """Tools, input, history -> the prompt tokens (after an automatic compaction, when the request asks for one
     and the context passes its threshold). `connection`: see `_Context.load`."""
     model = resolve_model(request.model, runtime.settings, runtime.model_id)
-    tools = resolve_tools(request.tools, request.tool_choice, strict=runtime.settings.strict_tools)
+    # Off the event loop: a forced call converts every tool's schema to a grammar.
+    tools = await asyncio.to_thread(
+        resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools
+    )
     items = normalize_input(request.input)
     await resolve_references(runtime, items, tenant, param="input")
     context = _Context()
@@ -269,6 +318,7 @@ async def render_context(
         )
 
     system, conversation = context_of(readable_items)
+    _check_prompt_size(system, conversation, runtime.settings)
     # Templates read the variables they understand and ignore the others.
     template_options: dict[str, Any] = {}
     if request.reasoning and request.reasoning.effort:
@@ -315,6 +365,7 @@ async def prepare_response(
     context = await render_context(request, tenant, runtime, connection=connection)
     tools = context.tools
     params = _params_of(request, runtime.settings)
+    grammar = await _output_grammar(runtime, tools, params.text.get("format"))
     response = ResponseObject(
         **params.model_dump(),
         id=new_id("resp"),
@@ -330,7 +381,7 @@ async def prepare_response(
             temperature=params.temperature,
             top_p=params.top_p,
             max_output_tokens=params.max_output_tokens,
-            grammar=tools.grammar or _grammar_for(params.text.get("format")),
+            grammar=grammar,
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
             top_logprobs=params.top_logprobs if request.wants_logprobs else None,

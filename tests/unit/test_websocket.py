@@ -175,3 +175,22 @@ def test_the_upgrade_needs_the_same_key_as_http(setup: Setup) -> None:
         assert denied.value.json()["error"]["type"] == "authentication_error"
     with setup.client.websocket_connect("/v1/responses", headers={"authorization": "Bearer k1"}) as socket:
         assert well_formed(create(socket, input="hi"))["status"] == "completed"
+
+
+@pytest.mark.settings(max_concurrent_requests_per_tenant=1)
+def test_an_open_connection_counts_toward_the_tenants_requests_in_flight(setup: Setup) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        assert well_formed(create(socket, input="hi"))["status"] == "completed"
+        reply = setup.client.get("/v1/models")
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "1"
+        with (
+            pytest.raises(WebSocketDenialResponse) as denied,
+            setup.client.websocket_connect("/v1/responses"),
+        ):
+            pass
+        assert denied.value.status_code == 429
+        assert denied.value.json()["error"]["code"] == "rate_limit_exceeded"
+    deadline = time.monotonic() + 5
+    while setup.client.get("/v1/models").status_code == 429 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert setup.client.get("/v1/models").status_code == 200
