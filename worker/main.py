@@ -53,7 +53,8 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
     if job.affinity_key:
         # This worker's prefix cache is about to hold the prompt: send the next job with this key here. Set
         # before the response can complete, so a client chaining at once is already routed by it.
-        await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
+        owner_key = affinity_owner_key(job.tenant, job.affinity_key)
+        await ctx["redis"].set(owner_key, ctx["worker_id"], ex=AFFINITY_TTL_S)
     await execute_job(job, ctx["runner"], ctx["sessionmaker"], ctx["bus"])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
@@ -28,8 +30,11 @@ def worker_queue(worker_id: str) -> str:
     return f"{QUEUE_NAME}:{worker_id}"
 
 
-def affinity_owner_key(affinity_key: str) -> str:
-    return f"{KEY_PREFIX}:affinity:{affinity_key}"
+def affinity_owner_key(tenant: str, affinity_key: str) -> str:
+    """Where the worker that last ran `tenant`'s jobs with this key is named. Scoped by tenant, so that one
+    tenant's prompt_cache_key never routes to (or reveals) another's; hashed, so a key's size is bounded."""
+    digest = hashlib.sha256(f"{len(tenant)}:{tenant}:{affinity_key}".encode()).hexdigest()
+    return f"{KEY_PREFIX}:affinity:{digest}"
 
 
 def redis_settings(redis_url: str) -> RedisSettings:
@@ -58,7 +63,7 @@ class ArqQueue:
         """The queue of the live worker that last ran a job with this one's affinity key (its prefix cache
         likely holds this prompt's start); else the shared queue, which every worker takes from."""
         if job.affinity_key:
-            owner = await self.pool.get(affinity_owner_key(job.affinity_key))
+            owner = await self.pool.get(affinity_owner_key(job.tenant, job.affinity_key))
             if owner is not None and await self.pool.exists(worker_key(owner.decode())):
                 return worker_queue(owner.decode())
         return QUEUE_NAME
