@@ -89,6 +89,33 @@ class Settings(BaseSettings):
         "decrypt). Default: a random key generated once and kept in the database.",
     )
 
+    max_request_bytes: int = Field(
+        2 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body (and WebSocket message) in bytes; larger ones are refused with a 413 "
+        "before they are read in full.",
+    )
+    max_json_depth: int = Field(
+        64, ge=8, le=500, description="Deepest nesting of objects and arrays a request body may have (a 400 beyond)."
+    )
+    max_input_items: int = Field(2048, ge=1, description="Most items a request's `input` may hold (a 400 beyond).")
+    max_tools: int = Field(128, ge=1, description="Most tools a request may send, namespace members included.")
+    max_tool_bytes: int = Field(
+        64 * 1024, ge=1024, description="Largest tool definition (as JSON) in bytes, its parameters schema included."
+    )
+    max_prompt_chars: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Most characters of history and input a request's prompt may be rendered from (a 400 beyond), "
+        "which bounds the work of rendering and truncating it.",
+    )
+    max_concurrent_requests_per_tenant: int = Field(
+        64,
+        ge=0,
+        description="Requests (WebSocket connections included) one tenant may have in flight on one API process; "
+        "more are refused with a 429 and Retry-After. 0: no limit.",
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

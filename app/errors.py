@@ -20,11 +20,20 @@ class ApiError(Exception):
     status_code = 400
     error_type = "invalid_request_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        #: HTTP headers sent with the error (Retry-After on a 429).
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {
@@ -50,6 +59,19 @@ class NotFound(ApiError):
     status_code = 404
 
 
+class RequestTooLarge(ApiError):
+    """413: the body is over the server's limit (refused before it is read in full)."""
+
+    status_code = 413
+
+
+class RateLimited(ApiError):
+    """429: the tenant has too many requests in flight; `Retry-After` says when to try again."""
+
+    status_code = 429
+    error_type = "requests"
+
+
 class ServerError(ApiError):
     """500: our own fault, said in a sentence (never for bad input); also where a handler cannot reach the HTTP
     error handlers, as in WebSocket mode."""
@@ -67,8 +89,8 @@ def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
 
 
-def _render(error: ApiError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code)
+def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
 
 
 def _server_error(error: Exception) -> JSONResponse:
@@ -117,11 +139,11 @@ def validation_error(errors: list[Any]) -> InvalidRequest:
 def register_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> JSONResponse:
-        return _render(error)
+        return error_response(error)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
-        return _render(validation_error(list(error.errors())))
+        return error_response(validation_error(list(error.errors())))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -135,7 +157,7 @@ def register_error_handlers(app: FastAPI) -> None:
         if not error.connection_invalidated and not isinstance(error, OperationalError | InterfaceError):
             return _server_error(error)
         logger.warning("database unavailable: %s", error)
-        return _render(
+        return error_response(
             ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
         )
 
@@ -143,12 +165,16 @@ def register_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RedisTimeoutError)
     async def _queue(_: Request, error: Exception) -> JSONResponse:
         logger.warning("the queue (Redis) is unavailable: %s", error)
-        return _render(ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable"))
+        return error_response(
+            ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable")
+        )
 
     @app.exception_handler(OSError)
     async def _unreachable(_: Request, error: OSError) -> JSONResponse:
         logger.warning("a backing service is unreachable: %s", error)
-        return _render(ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable"))
+        return error_response(
+            ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable")
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, error: Exception) -> JSONResponse:

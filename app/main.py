@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.openapi import describe_api
+from app.api.request_guards import RequestGuards
 from app.api.routes import (
     compaction,
     conversations,
@@ -31,6 +32,7 @@ from app.queue.base import GenerationQueue
 from app.runtime import Runtime
 from app.services.recovery import fail_unfinished_responses
 from app.services.sealing import load_sealer
+from app.services.tenant_slots import TenantSlots
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ def create_app(
             tokenizer=tokenizer,
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),
+            slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
         )
         if settings.embedded:
             # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost.
@@ -106,6 +109,7 @@ def create_app(
     app = FastAPI(title="llama-responses", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
+    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
     v1 = APIRouter(prefix="/v1")
     for module in (compaction, input_tokens, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)

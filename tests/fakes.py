@@ -34,6 +34,13 @@ class FakeRenderer:
         self.supports_tools = False
         self.rendered: list[list[ChatMessage]] = []
         self.template_options: list[Mapping[str, Any] | None] = []
+        #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
+        self.grammars_build = True
+        self.grammars: list[str] = []
+
+    def grammar_builds(self, grammar: str) -> bool:
+        self.grammars.append(grammar)
+        return self.grammars_build
 
     def render(self, messages: Sequence[ChatMessage]) -> list[int]:
         return [len(word) for message in messages for word in f"{message.role} {message.content}".split()]

@@ -46,8 +46,12 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
-async def get_tenant(request: Request, settings: SettingsDep) -> str:
-    return tenant_for(request.headers.get("authorization", ""), settings)
+async def get_tenant(request: Request, runtime: RuntimeDep) -> AsyncIterator[str]:
+    """The caller's tenant, holding one of its in-flight slots until the response is sent in full (a stream's
+    last event included): a 429 when it has none left."""
+    tenant = tenant_for(request.headers.get("authorization", ""), runtime.settings)
+    with runtime.slots.hold(tenant):
+        yield tenant
 
 
 def tenant_for(authorization: str, settings: Settings) -> str:
@@ -61,9 +65,19 @@ def tenant_for(authorization: str, settings: Settings) -> str:
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
             code="missing_api_key",
         )
-    if not any(hmac.compare_digest(key.strip(), known) for known in settings.api_keys):
+    sent = _key_bytes(key.strip())
+    if not any(hmac.compare_digest(sent, known.encode()) for known in settings.api_keys):
         raise Unauthorized("Incorrect API key provided.", code="invalid_api_key")
-    return "key:" + hashlib.sha256(key.strip().encode()).hexdigest()[:32]
+    return "key:" + hashlib.sha256(sent).hexdigest()[:32]
+
+
+def _key_bytes(key: str) -> bytes:
+    """The key as the client sent it: HTTP headers arrive decoded as Latin-1, so encoding them back gives the raw
+    (UTF-8) bytes; compare_digest takes str only when it is ASCII, hence bytes."""
+    try:
+        return key.encode("latin-1")
+    except UnicodeEncodeError:  # not from an HTTP header (a test, say): already the text itself
+        return key.encode("utf-8", "surrogatepass")
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]

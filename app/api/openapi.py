@@ -30,8 +30,9 @@ ERROR_DESCRIPTIONS = {
     500: "The server failed (a bug, or the model could not produce a result).",
     503: "The database, the job queue or every worker is unavailable; try again shortly.",
 }
-#: What any /v1 operation may answer, besides its own: an invalid parameter, and a backing service down.
-COMMON_ERRORS = (400, 503)
+#: What any /v1 operation may answer, besides its own: an invalid parameter (a NUL in the URL, at least), too
+#: many requests in flight for the key, and a backing service down.
+COMMON_ERRORS = (400, 429, 503)
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -114,8 +115,10 @@ def describe_api(app: FastAPI, settings: Settings) -> dict[str, Any]:
             operation["security"] = []  # liveness and readiness probes need no key
             continue
         statuses = [*COMMON_ERRORS, 401] if settings.api_keys else list(COMMON_ERRORS)
+        if "requestBody" in operation:
+            statuses.append(413)
         if path == "/v1/models":
-            statuses = [401] if settings.api_keys else []  # reads no parameter and no database
+            statuses.remove(503)  # reads no database
         for status in statuses:
             responses.setdefault(str(status), {"description": ERROR_DESCRIPTIONS[status], "content": _error_ref()})
         operation["responses"] = dict(sorted(responses.items()))

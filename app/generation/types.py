@@ -79,6 +79,11 @@ class PromptRenderer(Protocol):
         template_options: Mapping[str, Any] | None = None,
     ) -> list[int]: ...
 
+    def grammar_builds(self, grammar: str) -> bool:
+        """Whether llama.cpp builds `grammar` (checked where the request arrives, so that one it cannot build is a
+        400 rather than a failed generation)."""
+        ...
+
 
 class ContextTooLong(ValueError):
     def __init__(self, prompt_tokens: int, n_ctx: int) -> None:

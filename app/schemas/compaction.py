@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from app.schemas.items import Item, RequestInput
+from app.schemas.items import ClientId, Item, RequestInput
 from app.schemas.responses import Usage
 
 
@@ -17,7 +17,7 @@ class CompactRequest(BaseModel):
     model: str | None
     input: RequestInput | None = None
     instructions: str | None = None
-    previous_response_id: str | None = None
+    previous_response_id: ClientId | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: Literal["auto", "default", "fast", "flex", "scale", "priority"] | None = None

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+#: The length of every id column (responses, items, conversations).
+MAX_ID_CHARS = 64
+
+
+def _storable_id(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("an id cannot hold a NUL character")
+    return value
+
+
+#: An id a client sends (an item's, a response's, a conversation's): what every database's id columns can hold
+#: and compare (Postgres refuses NUL in text), so that a lookup or an insert of it never fails.
+ClientId = Annotated[str, Field(max_length=MAX_ID_CHARS), AfterValidator(_storable_id)]
 
 Role = Literal["user", "assistant", "system", "developer"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -91,7 +105,7 @@ class InputMessage(BaseModel):
     type: Literal["message"] = "message"
     role: Role
     content: MessageContent
-    id: str | None = None
+    id: ClientId | None = None
     status: ItemStatus | None = None
 
 
@@ -106,7 +120,7 @@ class FunctionCallItem(BaseModel):
     """The model's call of a function tool (an output item), or the same call sent back as input."""
 
     type: Literal["function_call"] = "function_call"
-    id: str | None = None
+    id: ClientId | None = None
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: str
@@ -118,7 +132,7 @@ class FunctionCallOutputItem(BaseModel):
     """The client's answer to a function call, matched to it by call_id."""
 
     type: Literal["function_call_output"] = "function_call_output"
-    id: str | None = None
+    id: ClientId | None = None
     call_id: str = Field(min_length=1)
     output: str | list[dict[str, Any]]
     status: ItemStatus | None = "completed"
@@ -144,7 +158,7 @@ class ReasoningItem(BaseModel):
     """The model's reasoning before its answer (output), or the same sent back as input."""
 
     type: Literal["reasoning"] = "reasoning"
-    id: str | None = None
+    id: ClientId | None = None
     summary: list[SummaryText] = Field(default_factory=list)
     content: list[ReasoningText] | None = None
     # NOTE: not encrypted: the reasoning text, base64-encoded, for stateless clients to send back.
@@ -156,7 +170,7 @@ class CustomToolCallItem(BaseModel):
     """The model's call of a custom tool: free-text input instead of JSON arguments."""
 
     type: Literal["custom_tool_call"] = "custom_tool_call"
-    id: str | None = None
+    id: ClientId | None = None
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     input: str
@@ -165,7 +179,7 @@ class CustomToolCallItem(BaseModel):
 
 class CustomToolCallOutputItem(BaseModel):
     type: Literal["custom_tool_call_output"] = "custom_tool_call_output"
-    id: str | None = None
+    id: ClientId | None = None
     call_id: str = Field(min_length=1)
     output: str | list[dict[str, Any]]
 
@@ -174,14 +188,14 @@ class ItemReference(BaseModel):
     """A stored item named by id (an input or output item of a stored response, or a conversation item)."""
 
     type: Literal["item_reference"] = "item_reference"
-    id: str = Field(min_length=1)
+    id: Annotated[ClientId, Field(min_length=1)]
 
 
 class CompactionItem(BaseModel):
     """What /v1/responses/compact (or automatic compaction) wrote: a summary only this server can read."""
 
     type: Literal["compaction"] = "compaction"
-    id: str | None = None
+    id: ClientId | None = None
     encrypted_content: str = Field(min_length=1)
     created_by: str | None = None
 
@@ -205,7 +219,8 @@ def _item_kind(value: Any) -> str:
     if isinstance(value, dict) and "type" not in value and "role" not in value and "id" in value:
         return "item:item_reference"  # the SDK's ItemReference may leave out its type
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return f"item:{kind}" if kind in ITEM_KINDS else "item:unsupported"
+    # A type that is not a string (an object, a list) is no kind we know; `in` would fail on unhashable ones.
+    return f"item:{kind}" if isinstance(kind, str) and kind in ITEM_KINDS else "item:unsupported"
 
 
 InputItem = Annotated[

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from app.schemas.items import RequestInput
+from app.schemas.items import ClientId, RequestInput
 
 #: What `include` may ask for (the SDK's ResponseIncludable).
 Includable = Literal[
@@ -74,11 +74,11 @@ def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
 
 
 class ConversationParam(BaseModel):
-    id: str = Field(min_length=1)
+    id: Annotated[ClientId, Field(min_length=1)]
 
 
 ConversationField = Annotated[
-    Annotated[str, Tag("kind:text")] | Annotated[ConversationParam, Tag("kind:object")],
+    Annotated[ClientId, Tag("kind:text")] | Annotated[ConversationParam, Tag("kind:object")],
     Discriminator(lambda value: "kind:text" if isinstance(value, str) else "kind:object"),
 ]
 
@@ -104,7 +104,7 @@ class CreateResponseRequest(BaseModel):
     metadata: dict[str, str] | None = None
     store: bool | None = None
     stream: bool | None = None
-    previous_response_id: str | None = None
+    previous_response_id: ClientId | None = None
     user: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     text: TextConfig | None = None

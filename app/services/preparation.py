@@ -89,6 +89,20 @@ def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
         raise InvalidRequest(str(error), param="text.format.schema", code="invalid_json_schema") from None
 
 
+async def _output_grammar(runtime: Runtime, tools: ToolSetup, text_format: dict[str, Any] | None) -> str | None:
+    """The grammar the generation samples with, built off the event loop (a big schema takes a while), and
+    test-built with llama.cpp here: one that it still refuses is a 400, not a failed response."""
+    param = "tools" if tools.grammar else "text.format.schema"
+    grammar = tools.grammar or await asyncio.to_thread(_grammar_for, text_format)
+    if grammar is not None and not await asyncio.to_thread(runtime.tokenizer.grammar_builds, grammar):
+        raise InvalidRequest(
+            "llama.cpp cannot build the grammar that this schema needs; simplify the schema.",
+            param=param,
+            code="invalid_json_schema" if param == "text.format.schema" else "invalid_function_parameters",
+        )
+    return grammar
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedContext:
     """A request's context as the model reads it, and what it was built from."""
@@ -248,7 +262,10 @@ async def render_context(
     """Tools, input, history -> the prompt tokens (after an automatic compaction, when the request asks for one
     and the context passes its threshold). `connection`: see `_Context.load`."""
     model = resolve_model(request.model, runtime.settings, runtime.model_id)
-    tools = resolve_tools(request.tools, request.tool_choice, strict=runtime.settings.strict_tools)
+    # Off the event loop: a forced call converts every tool's schema to a grammar.
+    tools = await asyncio.to_thread(
+        resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools
+    )
     items = normalize_input(request.input)
     await resolve_references(runtime, items, tenant, param="input")
     context = _Context()
@@ -316,6 +333,7 @@ async def prepare_response(
     context = await render_context(request, tenant, runtime, connection=connection)
     tools = context.tools
     params = _params_of(request, runtime.settings)
+    grammar = await _output_grammar(runtime, tools, params.text.get("format"))
     response = ResponseObject(
         **params.model_dump(),
         id=new_id("resp"),
@@ -331,7 +349,7 @@ async def prepare_response(
             temperature=params.temperature,
             top_p=params.top_p,
             max_output_tokens=params.max_output_tokens,
-            grammar=tools.grammar or _grammar_for(params.text.get("format")),
+            grammar=grammar,
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
             top_logprobs=params.top_logprobs if request.wants_logprobs else None,

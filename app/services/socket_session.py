@@ -57,7 +57,7 @@ class ResponsesSocketSession:
         stream_id: str | None = None
         final: dict[str, Any] | None = None
         try:
-            payload = parse_json_object(message)
+            payload = parse_json_object(message, self.runtime.settings)
             stream_id = payload.get("stream_id") if isinstance(payload.get("stream_id"), str) else None
             prepared = await self._prepare(payload)
             events = await open_stream(self.runtime, prepared, self.tenant)

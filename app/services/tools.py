@@ -10,7 +10,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from app.errors import InvalidRequest, validation_error
-from app.generation.grammars import InvalidSchema, tool_call_grammar
+from app.generation.grammars import InvalidSchema, function_grammar, tool_call_grammar
 from app.generation.tool_calls import FunctionSpec
 from app.schemas.tools import HOSTED_TOOL_TYPES, CustomTool, FunctionChoice, FunctionTool, NamespaceTool
 
@@ -57,9 +57,10 @@ def _function(tool: dict[str, Any], param: str, namespace: str | None = None) ->
     parameters = parsed.parameters or EMPTY_PARAMETERS
     try:
         Draft202012Validator.check_schema(parameters)
-    except SchemaError as error:
+    except (SchemaError, RecursionError) as error:
+        problem = error.message if isinstance(error, SchemaError) else "it is nested too deeply"
         raise InvalidRequest(
-            f"Invalid JSON Schema for function '{parsed.name}': {error.message}",
+            f"Invalid JSON Schema for function '{parsed.name}': {problem}",
             param=f"{param}.parameters",
             code="invalid_function_parameters",
         ) from None
@@ -90,14 +91,18 @@ def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:
     return problem
 
 
-def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[FunctionSpec], list[str]]:
+def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[FunctionSpec], list[str], dict[str, str]]:
+    """The functions offered, the hosted tool types left out, and where each function's schema was sent (its
+    `parameters`, or its custom format's `definition`), to name it in a 400."""
     functions: list[FunctionSpec] = []
     ignored: list[str] = []
+    schema_params: dict[str, str] = {}
     for index, tool in enumerate(tools):
         param = f"tools[{index}]"
         kind = tool.get("type")
         if kind == "function":
             functions.append(_function(tool, param))
+            schema_params[functions[-1].name] = f"{param}.parameters"
         elif kind == "namespace":
             try:
                 namespace = NamespaceTool.model_validate(tool)
@@ -107,9 +112,11 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
                 where = f"{param}.tools[{position}]"
                 if isinstance(member, CustomTool):
                     functions.append(_custom(member.model_dump(), where, namespace.name))
+                    schema_params[functions[-1].name] = f"{where}.format.definition"
                 else:
                     functions.append(_function(member.model_dump(), where, namespace.name))
-        elif kind in HOSTED_TOOL_TYPES:
+                    schema_params[functions[-1].name] = f"{where}.parameters"
+        elif isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
             if strict:
                 raise InvalidRequest(
                     f"Tools of type '{kind}' run on OpenAI's servers and are not available here.",
@@ -119,6 +126,7 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
             ignored.append(str(kind))
         elif kind == "custom":
             functions.append(_custom(tool, param))
+            schema_params[functions[-1].name] = f"{param}.format.definition"
         else:
             raise InvalidRequest(f"Unknown tool type '{kind}'.", param=f"{param}.type", code="invalid_value")
     seen: set[str] = set()
@@ -130,13 +138,13 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
                 code="duplicate_tool_name",
             )
         seen.add(function.name)
-    return functions, ignored
+    return functions, ignored, schema_params
 
 
 def resolve_tools(
     tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None, *, strict: bool
 ) -> ToolSetup:
-    functions, ignored = _functions_of(tools or [], strict=strict)
+    functions, ignored, schema_params = _functions_of(tools or [], strict=strict)
     choice = tool_choice or "auto"
     if choice == "none":
         return ToolSetup(ignored=ignored)
@@ -147,7 +155,7 @@ def resolve_tools(
             raise InvalidRequest(
                 "tool_choice 'required' needs at least one function tool.", param="tool_choice", code="invalid_value"
             )
-        return ToolSetup(functions, ignored, _forced(functions))
+        return ToolSetup(functions, ignored, _forced(functions, schema_params))
     if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
         kind = choice.get("type") if isinstance(choice, dict) else choice
         raise InvalidRequest(
@@ -166,10 +174,20 @@ def resolve_tools(
             param="tool_choice.name",
             code="invalid_value",
         )
-    return ToolSetup(functions, ignored, _forced(chosen))
+    return ToolSetup(functions, ignored, _forced(chosen, schema_params))
 
 
-def _forced(functions: list[FunctionSpec]) -> str:
+def _forced(functions: list[FunctionSpec], schema_params: dict[str, str]) -> str:
+    """The grammar forcing one call of `functions`: each checked alone first, so that a 400 names its tool."""
+    for function in functions:
+        try:
+            function_grammar(function)
+        except InvalidSchema as error:
+            raise InvalidRequest(
+                f"The call of '{function.name}' cannot be enforced: {error}.",
+                param=schema_params[function.name],
+                code="invalid_function_parameters",
+            ) from None
     try:
         return tool_call_grammar(functions)
     except InvalidSchema as error:

@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
-from app.errors import InvalidRequest, validation_error
+from app.errors import InvalidRequest, RequestTooLarge, validation_error
 from app.schemas.requests import COUNT_FIELDS, KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
 
 Body = TypeVar("Body", bound=BaseModel)
 
 
-def parse_json_object(body: bytes | str) -> dict[str, Any]:
-    """The body as a JSON object, or a 400."""
+#: Lone UTF-16 surrogates: JSON's \ud800 escapes decode to them, and no UTF-8 text (nor any database) holds them.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def request_too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        f"The request body is larger than this server's limit of {limit} bytes.", code="request_too_large"
+    )
+
+
+def parse_json_object(body: bytes | str, settings: Settings) -> dict[str, Any]:
+    """The body as a JSON object, or a 400: within the size and nesting limits, and only text that every
+    database can store (the one place where request text is checked, before anything is stored)."""
+    if len(body) > settings.max_request_bytes:
+        raise request_too_large(settings.max_request_bytes)
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -24,9 +38,56 @@ def parse_json_object(body: bytes | str) -> dict[str, Any]:
             "We could not parse the JSON body of your request. The body must be a valid JSON object.",
             code="invalid_json",
         ) from None
+    except RecursionError:  # nested deeper than the interpreter's own limit
+        raise _too_deep(settings.max_json_depth, None) from None
     if not isinstance(payload, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    check_json_text(payload, settings.max_json_depth)
     return payload
+
+
+def _too_deep(limit: int, param: str | None) -> InvalidRequest:
+    return InvalidRequest(
+        f"The request body nests objects and arrays more than {limit} levels deep.", param=param, code="invalid_json"
+    )
+
+
+def _child(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def check_json_text(value: Any, max_depth: int) -> None:
+    """A 400 naming the first place where `value` nests deeper than `max_depth` or holds a lone surrogate (in a
+    key or a string). Iterative: a deep document cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, str):
+            if LONE_SURROGATE.search(node):
+                raise _lone_surrogate(path)
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if depth >= max_depth:
+            raise _too_deep(max_depth, path or None)
+        if isinstance(node, list):
+            stack.extend((child, _child(path, index), depth + 1) for index, child in enumerate(node))
+            continue
+        for key, child in node.items():
+            if LONE_SURROGATE.search(key):
+                raise _lone_surrogate(_child(path, key.encode("utf-8", "backslashreplace").decode()))
+            stack.append((child, _child(path, key), depth + 1))
+
+
+def _lone_surrogate(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Invalid value for '{param}': the text holds a lone UTF-16 surrogate (such as \\ud800), which is not "
+        "valid Unicode.",
+        param=param or None,
+        code="invalid_value",
+    )
 
 
 def _reject_unknown(payload: dict[str, Any], known: Collection[str], settings: Settings) -> None:
@@ -51,11 +112,43 @@ def parse_payload(
 
 def parse_body(body: bytes, model: type[Body], settings: Settings, *, known: Collection[str] | None = None) -> Body:
     """A JSON body as `model`, or a 400 that names what is wrong."""
-    return parse_payload(parse_json_object(body), model, settings, known=known)
+    return parse_payload(parse_json_object(body, settings), model, settings, known=known)
+
+
+def _check_sizes(payload: dict[str, Any], settings: Settings) -> None:
+    """The limits on how many input items and tools a request may send, checked before any is parsed."""
+    items = payload.get("input")
+    if isinstance(items, list) and len(items) > settings.max_input_items:
+        raise InvalidRequest(
+            f"The input holds {len(items)} items; this server takes at most {settings.max_input_items}.",
+            param="input",
+            code="too_many_items",
+        )
+    tools = payload.get("tools")
+    if not isinstance(tools, list):
+        return
+    members = [tool.get("tools") for tool in tools if isinstance(tool, dict)]
+    count = len(tools) + sum(len(group) for group in members if isinstance(group, list))
+    if count > settings.max_tools:
+        raise InvalidRequest(
+            f"The request sends {count} tools; this server takes at most {settings.max_tools}.",
+            param="tools",
+            code="too_many_tools",
+        )
+    for index, tool in enumerate(tools):
+        size = len(json.dumps(tool, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > settings.max_tool_bytes:
+            raise InvalidRequest(
+                f"Tool {index} is {size} bytes as JSON; this server takes tools of at most "
+                f"{settings.max_tool_bytes} bytes.",
+                param=f"tools[{index}]",
+                code="tool_too_large",
+            )
 
 
 def parse_create_payload(payload: dict[str, Any], settings: Settings) -> CreateResponseRequest:
     """A create request's fields as a CreateResponseRequest, or a 400 that names what is wrong."""
+    _check_sizes(payload, settings)
     request = parse_payload(payload, CreateResponseRequest, settings, known=KNOWN_FIELDS)
     check_supported(request)
     return request
@@ -63,12 +156,12 @@ def parse_create_payload(payload: dict[str, Any], settings: Settings) -> CreateR
 
 def parse_create_request(body: bytes, settings: Settings) -> CreateResponseRequest:
     """The body of POST /v1/responses as a CreateResponseRequest, or a 400 that names what is wrong."""
-    return parse_create_payload(parse_json_object(body), settings)
+    return parse_create_payload(parse_json_object(body, settings), settings)
 
 
 def parse_count_request(body: bytes, settings: Settings) -> CreateResponseRequest:
     """The body of POST /v1/responses/input_tokens: the create fields that shape the prompt (input optional)."""
-    payload = parse_json_object(body)
+    payload = parse_json_object(body, settings)
     _reject_unknown(payload, COUNT_FIELDS, settings)
     if payload.get("personality") is not None:
         raise _not_supported("personality", "'personality'")

@@ -84,14 +84,16 @@ async def test_every_body_is_described_and_every_reference_resolves(client: http
     assert "x-pending-schemas" not in str(document)
 
 
-async def test_no_422_and_the_real_errors_with_their_body(client: httpx.AsyncClient) -> None:
+async def test_no_422_and_the_real_errors_with_their_body(client: httpx.AsyncClient, settings: Settings) -> None:
     document = (await client.get("/openapi.json")).json()
     assert "HTTPValidationError" not in document["components"]["schemas"]
     for method, path, operation in _operations(document):
         statuses = set(operation["responses"])
         assert "422" not in statuses, (method, path)
-        if path.startswith("/v1/") and path != "/v1/models":
-            assert {"400", "503"} <= statuses, (method, path)
+        if path.startswith("/v1/"):
+            assert {"400", "429"} <= statuses, (method, path)
+            assert ("413" in statuses) == ("requestBody" in operation), (method, path)
+            assert ("503" in statuses) == (path != "/v1/models"), (method, path)
         if "{" in path:
             assert "404" in statuses, (method, path)
         # An open server asks for no key: no 401 and no scheme.
@@ -103,6 +105,8 @@ async def test_no_422_and_the_real_errors_with_their_body(client: httpx.AsyncCli
     reply = await client.post("/v1/responses", json={"input": "hi", "temperature": 7})
     assert reply.status_code == 400
     _validator(document, create["responses"]["400"]["content"]["application/json"]["schema"]).validate(reply.json())
+    too_large = await client.post("/v1/responses", content=b"x" * (settings.max_request_bytes + 1))
+    assert too_large.status_code == 413 and "413" in create["responses"]
     missing = await client.get("/v1/responses/resp_missing")
     assert missing.status_code == 404
     read = document["paths"]["/v1/responses/{response_id}"]["get"]

@@ -18,6 +18,7 @@ from app.services.validation import parse_create_request
 
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
+MAX_SEQUENCE_NUMBER = 2**31 - 1
 #: A Response as JSON, or (stream: true) its events as server-sent events.
 RESPONSE_OR_EVENTS: dict[int | str, dict[str, Any]] = {
     200: {
@@ -54,7 +55,8 @@ async def get_response(
     tenant: TenantDep,
     includes: IncludesDep,
     stream: bool = False,
-    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+    # Sequence numbers are 32-bit integers in every database; a larger cursor is a 400, checked before the 200.
+    starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SEQUENCE_NUMBER)] = None,
 ) -> ResponseObject | EventStreamResponse:
     if stream:
         return EventStreamResponse(await service.stream_stored_response(runtime, response_id, tenant, starting_after))

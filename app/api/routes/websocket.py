@@ -26,7 +26,9 @@ DENIAL_EXTENSION = "websocket.http.response"
 async def _refuse(websocket: WebSocket, error: ApiError) -> None:
     """The same 401 as HTTP where the server can send one on an upgrade; else a policy-violation close."""
     if DENIAL_EXTENSION in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(JSONResponse(error.body(), status_code=error.status_code))
+        await websocket.send_denial_response(
+            JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
+        )
     else:
         await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
 
@@ -36,9 +38,18 @@ async def responses_socket(websocket: WebSocket) -> None:
     runtime: Runtime = websocket.app.state.runtime
     try:
         tenant = tenant_for(websocket.headers.get("authorization", ""), runtime.settings)
+        # A connection holds one of its tenant's in-flight slots for as long as it is open.
+        runtime.slots.acquire(tenant)
     except ApiError as error:
         await _refuse(websocket, error)
         return
+    try:
+        await _serve(websocket, runtime, tenant)
+    finally:
+        runtime.slots.release(tenant)
+
+
+async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
     session = ResponsesSocketSession(runtime, tenant)
     inbox: asyncio.Queue[str | bytes] = asyncio.Queue()

@@ -1,0 +1,53 @@
+"""How many requests each tenant has in flight on this process, and the 429 for one too many."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from app.errors import RateLimited
+
+#: Seconds a refused client is told to wait: in-flight requests end within seconds to minutes, so a short wait
+#: and a retry beats a long one.
+RETRY_AFTER_S = 1
+
+
+class TenantSlots:
+    """Counts per tenant, in this process only (an API node's own load; each node counts its own clients).
+
+    NOTE: held in memory on purpose: a count of open connections dies with them, so it has nothing to persist.
+    """
+
+    def __init__(self, limit: int) -> None:
+        #: Most requests one tenant may have in flight; 0: no limit.
+        self.limit = limit
+        self._in_flight: Counter[str] = Counter()
+
+    def in_flight(self, tenant: str) -> int:
+        return self._in_flight[tenant]
+
+    def acquire(self, tenant: str) -> None:
+        """Take one of `tenant`'s slots, or a 429 with Retry-After when it has none left."""
+        if self.limit and self._in_flight[tenant] >= self.limit:
+            raise RateLimited(
+                f"Too many requests in flight: this server runs at most {self.limit} at once for each API key. "
+                "Retry when one of them has finished.",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self._in_flight[tenant] += 1
+
+    def release(self, tenant: str) -> None:
+        self._in_flight[tenant] -= 1
+        if self._in_flight[tenant] <= 0:
+            del self._in_flight[tenant]
+
+    @contextmanager
+    def hold(self, tenant: str) -> Iterator[None]:
+        """One of `tenant`'s slots for the block (see acquire)."""
+        self.acquire(tenant)
+        try:
+            yield
+        finally:
+            self.release(tenant)
