@@ -4,7 +4,8 @@ answer a 5xx or break its body; every status must be one the document lists, eve
 everything stored must read back.
 
 Deterministic (derandomized, no example database) and bounded: RESPONSES_FUZZ_EXAMPLES examples per operation
-and generation mode (default 8). `RESPONSES_FUZZ_EXAMPLES=300 pytest tests/fuzz -s` is the large run."""
+and generation mode (default 8). `RESPONSES_FUZZ_EXAMPLES=350 pytest tests/fuzz -s` is the large run
+(about 10,000 requests a database)."""
 
 from __future__ import annotations
 
