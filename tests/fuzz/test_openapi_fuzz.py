@@ -1,7 +1,7 @@
 """Property-based fuzzing: requests that schemathesis generates from the app's own OpenAPI document, valid and
-invalid, sent in-process to a keyed server with the model double, on SQLite and on Postgres. No request may
-answer a 5xx or break its body; every status must be one the document lists, every error OpenAI-shaped; and
-everything stored must read back.
+invalid, half of them carrying a hostile value (tests/fuzz/hostile.py), sent in-process to a keyed server with
+the model double, on SQLite and on Postgres. No request may answer a 5xx or break its body; every status must
+be one the document lists, every error OpenAI-shaped; and everything stored must read back.
 
 Deterministic (derandomized, no example database) and bounded: RESPONSES_FUZZ_EXAMPLES examples per operation
 and generation mode (default 8). `RESPONSES_FUZZ_EXAMPLES=350 pytest tests/fuzz -s` is the large run
@@ -9,6 +9,7 @@ and generation mode (default 8). `RESPONSES_FUZZ_EXAMPLES=350 pytest tests/fuzz 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections import Counter
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -32,11 +34,14 @@ from app.db.migrations import upgrade_to_head
 from app.main import create_app
 from tests.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.fixtures.databases import fresh_postgres_database
+from tests.fuzz.hostile import HOSTILE_AUTHORIZATION, HOSTILE_URL_TEXT, mutate_body
 
 EXAMPLES = int(os.environ.get("RESPONSES_FUZZ_EXAMPLES", "8"))
 KEY = "fuzz-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
 ERROR_FIELDS = {"message", "type", "param", "code"}
+#: What a path may hold unencoded (RFC 3986's unreserved and sub-delimiters, "/", ":", "@"), and "%".
+URL_SAFE = "/:@!$&'()*+,;=-._~%"
 
 
 @dataclass
@@ -97,24 +102,47 @@ def _seed(fuzz: FuzzTarget) -> None:
     fuzz.created.append(created["id"])
 
 
-def _request_of(case: schemathesis.Case) -> tuple[str, str, dict[str, Any]]:
-    """The case as httpx arguments. JSON is encoded as a client would (ASCII, escapes kept, so a lone
-    surrogate reaches the server as `\\ud800`)."""
+def _request_of(case: schemathesis.Case, body: Any, extra_headers: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The case (with `body`) as httpx arguments. JSON is encoded as a client would (ASCII, escapes kept, so a
+    lone surrogate reaches the server as `\\ud800`)."""
     kwargs: dict[str, Any] = {"params": case.query or None}
-    headers = {key: value for key, value in (case.headers or {}).items() if key.lower() != "authorization"}
-    if case.body is not NOT_SET:
-        if isinstance(case.body, bytes | str):
-            kwargs["content"] = case.body
-        else:
-            kwargs["content"] = json.dumps(case.body)
+    # The client sends the server's key: schemathesis's random bearer tokens would only ever reach the 401.
+    headers: dict[str, Any] = {
+        key: value for key, value in (case.headers or {}).items() if key.lower() != "authorization"
+    }
+    headers.update(extra_headers)
+    if body is not NOT_SET:
+        kwargs["content"] = body if isinstance(body, bytes | str) else json.dumps(body)
         headers.setdefault("content-type", case.media_type or "application/json")
     kwargs["headers"] = headers
-    return case.method.upper(), case.formatted_path, kwargs
+    # Percent-encoded as a client would (NUL and non-ASCII included); what is already encoded stays as it is.
+    return case.method.upper(), quote(case.formatted_path, safe=URL_SAFE), kwargs
+
+
+def _make_hostile(data: st.DataObject, case: schemathesis.Case, fields: list[str]) -> tuple[Any, dict[str, Any]]:
+    """Hostile values in half the cases' body, path, query or key (see hostile.py): the body to send, and
+    headers to send with it."""
+    body = case.body if case.body is NOT_SET else copy.deepcopy(case.body)
+    if not data.draw(st.booleans(), label="hostile"):
+        return body, {}
+    place = data.draw(st.sampled_from(["body", "path", "query", "authorization"]), label="hostile place")
+    if place == "body" and body is not NOT_SET:
+        return mutate_body(data, body, fields), {}
+    if place == "path" and case.path_parameters:
+        name = data.draw(st.sampled_from(sorted(case.path_parameters)))
+        case.path_parameters[name] = data.draw(st.sampled_from(HOSTILE_URL_TEXT))
+    elif place == "query" and case.query:
+        name = data.draw(st.sampled_from(sorted(case.query)))
+        case.query[name] = data.draw(st.sampled_from(HOSTILE_URL_TEXT))
+    elif place == "authorization":
+        return body, {"authorization": data.draw(st.sampled_from(HOSTILE_AUTHORIZATION))}
+    return body, {}
 
 
 def _check(fuzz: FuzzTarget, case: schemathesis.Case, reply: httpx.Response) -> None:
+    request = reply.request
     fuzz.statuses[reply.status_code] += 1
-    where = f"{case.method.upper()} {case.formatted_path} {case.query} {str(case.body)[:300]!r}"
+    where = f"{request.method} {request.url} {request.headers.get('authorization')!r} {request.content[:300]!r}"
     assert reply.status_code < 500, f"{reply.status_code} for {where}: {reply.text[:300]}"
     documented = fuzz.document["paths"][case.path][case.method.lower()]["responses"]
     assert str(reply.status_code) in documented, f"undocumented {reply.status_code} for {where}"
@@ -126,7 +154,16 @@ def _check(fuzz: FuzzTarget, case: schemathesis.Case, reply: httpx.Response) -> 
             fuzz.created.append(body["id"])
 
 
+def _body_fields(document: dict[str, Any], operation: dict[str, Any]) -> list[str]:
+    """The top-level fields of an operation's JSON body (where a hostile value may be added)."""
+    ref = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    name = str(ref.get("$ref", "")).rsplit("/", 1)[-1]
+    return sorted(document["components"]["schemas"].get(name, {}).get("properties", {}))
+
+
 def _fuzz_operation(fuzz: FuzzTarget, operation: Any, mode: GenerationMode) -> None:
+    fields = _body_fields(fuzz.document, fuzz.document["paths"][operation.path][operation.method.lower()])
+
     @settings(
         max_examples=EXAMPLES,
         derandomize=True,
@@ -140,7 +177,8 @@ def _fuzz_operation(fuzz: FuzzTarget, operation: Any, mode: GenerationMode) -> N
         for name in list(case.path_parameters or {}):
             if fuzz.known.get(name) and data.draw(st.booleans(), label=f"known {name}"):
                 case.path_parameters[name] = data.draw(st.sampled_from(fuzz.known[name]))
-        method, url, kwargs = _request_of(case)
+        body, extra_headers = _make_hostile(data, case, fields)
+        method, url, kwargs = _request_of(case, body, extra_headers)
         try:
             reply = fuzz.send(method, url, **kwargs)
         except (UnicodeEncodeError, httpx.LocalProtocolError):
