@@ -27,8 +27,11 @@ HOSTILE_VALUES: list[Any] = [
     "é\u2028✓",
     json.loads("[" * 200 + "]" * 200),
 ]
-#: Text in the URL: NUL, an id past its column, non-ASCII, numbers past 32 and 64 bits.
-HOSTILE_URL_TEXT = ["a\x00b", "x" * 65, "é", str(2**31), str(2**63), "-1", ""]
+#: Text in a path parameter: NUL, an id past its column, non-ASCII, numbers past 32 and 64 bits. (Never empty:
+#: `/v1/responses/` is another route, which redirects to `/v1/responses`.)
+HOSTILE_PATH_TEXT = ["a\x00b", "x" * 65, "é", str(2**31), str(2**63), "-1"]
+#: Text in a query parameter: the same, or empty.
+HOSTILE_QUERY_TEXT = [*HOSTILE_PATH_TEXT, ""]
 #: Whole bodies no schema describes: nesting past any recursion limit, invalid UTF-8, and JSON that is not an
 #: object.
 HOSTILE_BODIES = [

@@ -34,7 +34,7 @@ from app.db.migrations import upgrade_to_head
 from app.main import create_app
 from tests.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.fixtures.databases import fresh_postgres_database
-from tests.fuzz.hostile import HOSTILE_AUTHORIZATION, HOSTILE_URL_TEXT, mutate_body
+from tests.fuzz.hostile import HOSTILE_AUTHORIZATION, HOSTILE_PATH_TEXT, HOSTILE_QUERY_TEXT, mutate_body
 
 EXAMPLES = int(os.environ.get("RESPONSES_FUZZ_EXAMPLES", "8"))
 KEY = "fuzz-key"
@@ -130,10 +130,10 @@ def _make_hostile(data: st.DataObject, case: schemathesis.Case, fields: list[str
         return mutate_body(data, body, fields), {}
     if place == "path" and case.path_parameters:
         name = data.draw(st.sampled_from(sorted(case.path_parameters)))
-        case.path_parameters[name] = data.draw(st.sampled_from(HOSTILE_URL_TEXT))
+        case.path_parameters[name] = data.draw(st.sampled_from(HOSTILE_PATH_TEXT))
     elif place == "query" and case.query:
         name = data.draw(st.sampled_from(sorted(case.query)))
-        case.query[name] = data.draw(st.sampled_from(HOSTILE_URL_TEXT))
+        case.query[name] = data.draw(st.sampled_from(HOSTILE_QUERY_TEXT))
     elif place == "authorization":
         return body, {"authorization": data.draw(st.sampled_from(HOSTILE_AUTHORIZATION))}
     return body, {}
