@@ -66,6 +66,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Comma-separated API keys; each key is its own tenant. Empty: an open server.",
     )
+    public_docs: bool = Field(
+        False, description="Serve /docs, /redoc and /openapi.json without a key on a keyed server."
+    )
     strict_params: bool = Field(
         False, description="Reject request fields the Responses API does not define (400 unknown_parameter)."
     )

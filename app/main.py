@@ -10,8 +10,19 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.api.openapi import describe_api
 from app.api.request_guards import RequestGuards
-from app.api.routes import compaction, conversations, health, input_items, input_tokens, models, responses, websocket
+from app.api.routes import (
+    compaction,
+    conversations,
+    docs,
+    health,
+    input_items,
+    input_tokens,
+    models,
+    responses,
+    websocket,
+)
 from app.config import Settings
 from app.db import migrations
 from app.db.session import create_engine, create_sessionmaker
@@ -112,7 +123,9 @@ def create_app(
             await queue.close()
             await engine.dispose()
 
-    app = FastAPI(title="llama-responses", lifespan=lifespan)
+    # The documentation routes are ours (app/api/routes/docs.py): they follow the API's auth.
+    app = FastAPI(title="llama-responses", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
     app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
     v1 = APIRouter(prefix="/v1")
@@ -120,4 +133,5 @@ def create_app(
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)
+    app.include_router(docs.router)
     return app

@@ -74,7 +74,9 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
         # This worker's prefix cache is about to hold the prompt: send the next job with this key here. Set
         # before the response can complete, so a client chaining at once is already routed by it.
         with contextlib.suppress(Exception):
-            await ctx["redis"].set(affinity_owner_key(job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S)
+            await ctx["redis"].set(
+                affinity_owner_key(job.tenant, job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S
+            )
     # Who runs this job, for an API node relaying a `store: false` stream to notice if this worker dies.
     with contextlib.suppress(Exception):
         await ctx["redis"].set(job_holder_key(job.response_id), ctx["worker_id"], ex=JOB_TIMEOUT_S)

@@ -8,7 +8,8 @@ sampling.
 
 Prompts reuse KV state: a new sequence takes the free slot whose cells share the longest prefix with its
 prompt, or restores a longer one from the PrefixCache, and prefills only the rest. Only cells computed while
-reading a prompt are kept (see _finish), so reuse never changes a single logit.
+reading a prompt are kept (see _finish), so reuse never changes a single logit. Reuse never crosses a request's
+`cache_scope` (its tenant): a slot's cells and saved states serve only prompts of the scope that computed them.
 
 All llama.cpp calls happen on the engine's own thread; `submit` and the request's `cancelled` flag are the
 only ways in, `emit` the only way out.
@@ -69,6 +70,8 @@ class GenerationRequest:
     sampling: SamplingParams
     #: Called on the engine thread with each text piece, then one Finish or GenerationFailed.
     emit: Callable[[GenerationOutput], object]
+    #: Whose prompt this is (the tenant): KV state is reused only between requests of one scope.
+    cache_scope: str
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -78,6 +81,8 @@ class _Slot:
 
     seq_id: int
     tokens: list[int] = field(default_factory=list)
+    #: The cache scope of the request that computed `tokens`' cells.
+    scope: str = ""
     request: GenerationRequest | None = None
     pending: list[int] = field(default_factory=list)
     sampler: llama_cpp.llama_sampler_p | None = None
@@ -222,13 +227,15 @@ class LlamaEngine:
             reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
-        free = [(slot, self._shared_prefix(slot.tokens, prompt)) for slot in self._slots if slot.request is None]
+        scope = request.cache_scope
+        free = [(slot, self._shared_prefix(slot, scope, prompt)) for slot in self._slots if slot.request is None]
         slot, reused = max(free, key=lambda candidate: candidate[1])
-        reused = self._restore_prefix(slot, prompt, reused)
+        reused = self._restore_prefix(slot, scope, prompt, reused)
         # Always read at least the last prompt token again: its logits choose the first output token.
         reused = min(reused, len(prompt) - 1)
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
+        slot.scope = scope
         slot.pending = prompt[reused:]
         slot.sampler = self._sampler(request.sampling)
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -236,18 +243,19 @@ class LlamaEngine:
         slot.top_logprobs = request.sampling.top_logprobs
         slot.request = request
 
-    def _shared_prefix(self, tokens: list[int], prompt: list[int]) -> int:
-        if self._cache is None or not tokens:
+    def _shared_prefix(self, slot: _Slot, scope: str, prompt: list[int]) -> int:
+        """How many leading prompt tokens the slot's cells hold that this scope may reuse."""
+        if self._cache is None or not slot.tokens or slot.scope != scope:
             return 0
-        return common_prefix_length(np.asarray(tokens, dtype=np.int32), np.asarray(prompt, dtype=np.int32))
+        return common_prefix_length(np.asarray(slot.tokens, dtype=np.int32), np.asarray(prompt, dtype=np.int32))
 
-    def _restore_prefix(self, slot: _Slot, prompt: list[int], reused: int) -> int:
+    def _restore_prefix(self, slot: _Slot, scope: str, prompt: list[int], reused: int) -> int:
         """How many leading prompt tokens the slot's KV cells hold (`reused` as it is), after restoring a
-        longer saved state."""
+        longer saved state of the same scope."""
         if self._cache is None:
             self._clear(slot)
             return 0
-        match = self._cache.best_match(prompt)
+        match = self._cache.best_match(scope, prompt)
         if match is None or match[0] <= reused:
             return reused
         shared, saved = match
@@ -403,7 +411,7 @@ class LlamaEngine:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
         data = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, slot.seq_id)
-        self._cache.put(slot.tokens, ctypes.string_at(data, written))
+        self._cache.put(slot.scope, slot.tokens, ctypes.string_at(data, written))
 
     def _fail_all(self, message: str) -> None:
         for slot in self._slots:

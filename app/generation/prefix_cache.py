@@ -5,6 +5,9 @@ logits buffer (n_batch x n_vocab floats, ~100 MB for a 49k vocabulary) that its 
 matches only prompts that extend a key. Here an entry is one sequence's KV cells (llama_state_seq_*), its
 bytes are what we count, and any entry sharing a prefix with the prompt serves: the engine drops the cells
 past the shared part. Thread-safe: the engines of one process share one cache.
+
+Every entry belongs to a scope (the tenant): a prompt only ever matches entries of its own scope, so one
+tenant can never learn from a hit (cached_tokens, or a faster answer) what another tenant sent.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def common_prefix_length(left: TokenArray, right: TokenArray) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SavedState:
+    scope: str
     tokens: TokenArray
     data: bytes
 
@@ -50,12 +54,15 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def best_match(self, tokens: Sequence[int] | TokenArray) -> tuple[int, SavedState] | None:
-        """The entry sharing the longest prefix with `tokens`, and that length; None when none shares any."""
+    def best_match(self, scope: str, tokens: Sequence[int] | TokenArray) -> tuple[int, SavedState] | None:
+        """The entry of `scope` sharing the longest prefix with `tokens`, and that length; None when none shares
+        any."""
         wanted = np.asarray(tokens, dtype=np.int32)
         with self._lock:
             best: tuple[int, int] | None = None
             for key, entry in self._entries.items():
+                if entry.scope != scope:
+                    continue
                 shared = common_prefix_length(entry.tokens, wanted)
                 if shared and (best is None or shared > best[0]):
                     best = (shared, key)
@@ -64,22 +71,24 @@ class PrefixCache:
             self._entries.move_to_end(best[1])
             return best[0], self._entries[best[1]]
 
-    def put(self, tokens: Sequence[int] | TokenArray, data: bytes) -> None:
-        """Keep `data`, the KV state of exactly `tokens`; evicts least recently used entries to fit."""
-        entry = SavedState(np.array(tokens, dtype=np.int32), data)
+    def put(self, scope: str, tokens: Sequence[int] | TokenArray, data: bytes) -> None:
+        """Keep `data`, the KV state of exactly `tokens` for `scope`; evicts least recently used entries to fit."""
+        entry = SavedState(scope, np.array(tokens, dtype=np.int32), data)
         if not len(entry.tokens) or len(data) > self.capacity_bytes:
             return
         with self._lock:
-            # An entry whose tokens begin the new one can never match longer than it: drop it.
+            # An entry of the same scope whose tokens begin the new one can never match longer than it: drop it.
             for key, old in list(self._entries.items()):
-                if len(old.tokens) <= len(entry.tokens) and common_prefix_length(old.tokens, entry.tokens) == len(
-                    old.tokens
-                ):
+                if old.scope == scope and self._begins(old.tokens, entry.tokens):
                     self._drop(key)
             self._entries[next(self._ids)] = entry
             self._size += len(data)
             while self._size > self.capacity_bytes:
                 self._drop(next(iter(self._entries)))
+
+    @staticmethod
+    def _begins(head: TokenArray, tokens: TokenArray) -> bool:
+        return len(head) <= len(tokens) and common_prefix_length(head, tokens) == len(head)
 
     def _drop(self, key: int) -> None:
         self._size -= len(self._entries.pop(key).data)

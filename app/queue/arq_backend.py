@@ -3,6 +3,7 @@ the registry of live workers (a sorted set: worker id -> when its heartbeat expi
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from arq import create_pool
@@ -33,8 +34,11 @@ def job_holder_key(response_id: str) -> str:
     return f"{KEY_PREFIX}:holder:{response_id}"
 
 
-def affinity_owner_key(affinity_key: str) -> str:
-    return f"{KEY_PREFIX}:affinity:{affinity_key}"
+def affinity_owner_key(tenant: str, affinity_key: str) -> str:
+    """Where the worker that last ran `tenant`'s jobs with this key is named. Scoped by tenant, so that one
+    tenant's prompt_cache_key never routes to (or reveals) another's; hashed, so a key's size is bounded."""
+    digest = hashlib.sha256(f"{len(tenant)}:{tenant}:{affinity_key}".encode()).hexdigest()
+    return f"{KEY_PREFIX}:affinity:{digest}"
 
 
 def redis_settings(redis_url: str) -> RedisSettings:
@@ -76,7 +80,7 @@ class ArqQueue:
         """The queue of the live worker that last ran a job with this one's affinity key (its prefix cache
         likely holds this prompt's start); else the shared queue, which every worker takes from."""
         if job.affinity_key:
-            owner = await self.pool.get(affinity_owner_key(job.affinity_key))
+            owner = await self.pool.get(affinity_owner_key(job.tenant, job.affinity_key))
             if owner is not None and await self._is_alive(owner.decode()):
                 return worker_queue(owner.decode())
         return QUEUE_NAME

@@ -25,6 +25,8 @@ class GenerationJob:
     store: bool
     #: Persist every event (background + stream), so that GET ?stream=true can replay it from any node.
     keep_events: bool
+    #: Whose request this is: the prefix cache and affinity routing never share state between tenants.
+    tenant: str
     #: Functions offered to the model, name -> namespace; their calls are read out of its text.
     functions: dict[str, str | None] = field(default_factory=dict)
     #: Which of those are custom tools (free-text input) rather than functions (JSON arguments).
@@ -56,6 +58,8 @@ class GenerationJob:
         tags = payload.get("reasoning_tags")
         return cls(
             **{
+                # A job queued before jobs carried their tenant gets a scope of its own (it shares no cache).
+                "tenant": f"job:{payload['response_id']}",
                 **payload,
                 "sampling": SamplingParams(**payload["sampling"]),
                 "reasoning_tags": (tags[0], tags[1]) if tags else None,

@@ -20,7 +20,10 @@ class LocalRun:
         loop = asyncio.get_running_loop()
         self._outputs: asyncio.Queue[GenerationOutput] = asyncio.Queue()
         self._request = GenerationRequest(
-            job.prompt_tokens, job.sampling, emit=lambda output: loop.call_soon_threadsafe(self._deliver, output)
+            job.prompt_tokens,
+            job.sampling,
+            emit=lambda output: loop.call_soon_threadsafe(self._deliver, output),
+            cache_scope=job.tenant,
         )
         engine.submit(self._request)
 

@@ -47,6 +47,7 @@ async def summarize(
     messages: Sequence[ChatMessage],
     template_options: Mapping[str, Any] | None,
     model: str,
+    tenant: str,
     affinity_key: str | None,
 ) -> Summary:
     """Ask the model for a summary of `messages`; the prompt starts as the context did, so its prefix is
@@ -78,6 +79,7 @@ async def summarize(
         response=snapshot.model_dump(mode="json"),
         store=False,
         keep_events=False,
+        tenant=tenant,
         affinity_key=affinity_key or snapshot.id,
     )
     final = await submission.generate_unstored(runtime, job)
@@ -138,6 +140,7 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
         messages=messages,
         template_options=None,
         model=model,
+        tenant=tenant,
         affinity_key=request.prompt_cache_key or chain_root,
     )
     context = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + items

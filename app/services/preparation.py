@@ -276,6 +276,7 @@ async def _prompt_of(
         messages=conversation,
         template_options=template_options,
         model=model,
+        tenant=tenant,
         affinity_key=affinity_key,
     )
     item = compaction_item(runtime.sealer, tenant, summary.text, model=model)
@@ -390,6 +391,7 @@ async def prepare_response(
         store=params.store,
         keep_events=params.background and bool(request.stream),
         announced=params.background and bool(request.stream),
+        tenant=tenant,
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=context.reasoning_tags,

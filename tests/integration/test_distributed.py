@@ -16,6 +16,11 @@ import pytest
 import redis
 from openai.types.responses.response_input_item_param import ItemReference
 
+from app.api.deps import OPEN_TENANT
+from app.config import Settings
+from app.generation.types import SamplingParams
+from app.queue.arq_backend import QUEUE_NAME, ArqQueue, affinity_owner_key, register_worker, worker_queue
+from app.queue.base import GenerationJob
 from tests.fixtures.databases import count_responses, fresh_postgres_database
 from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
 from tests.protocol import (
@@ -226,7 +231,7 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
                 assert time.monotonic() < deadline, "the workers did not come up"
                 time.sleep(0.2)
             first = a.responses.create(model=model, input="Name a fruit.", temperature=0, max_output_tokens=16)
-            owner = connection.get(f"llama-responses:affinity:{first.id}")
+            owner = connection.get(affinity_owner_key(OPEN_TENANT, first.id))
             assert owner is not None and connection.zscore("llama-responses:workers", owner.decode()) is not None
         # A long job of the same chain goes to the owner and occupies it...
         busy = b.responses.create(
@@ -254,6 +259,26 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
         cluster.worker = cluster.new_worker("worker-after-affinity")
 
 
+async def test_affinity_never_sends_a_job_where_another_tenants_key_points() -> None:
+    # A private Redis: the cluster's worker would take whatever reached the shared one's queue.
+    private = RedisServer().start()
+    queue = await ArqQueue.connect(Settings(redis_url=private.url, _env_file=None))
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, max_output_tokens=16)
+    try:
+        await register_worker(queue.pool, "worker_alpha", 60)
+        await queue.pool.set(affinity_owner_key("key:alpha", "shared"), "worker_alpha", ex=60)
+        for tenant in ("key:alpha", "key:beta"):
+            job_id = f"resp_{tenant[4:]}"
+            job = GenerationJob(job_id, [1], sampling, {}, False, False, tenant=tenant, affinity_key="shared")
+            await queue.enqueue(job)
+        assert await queue.pool.zscore(worker_queue("worker_alpha"), "resp_alpha") is not None
+        assert await queue.pool.zscore(worker_queue("worker_alpha"), "resp_beta") is None
+        assert await queue.pool.zscore(QUEUE_NAME, "resp_beta") is not None
+    finally:
+        await queue.close()
+        private.stop()
+
+
 def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> None:
     wait_until_ready(cluster.api_a.base_url)  # an earlier test may have just replaced the worker
     a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
@@ -270,7 +295,7 @@ def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> Non
         # The conversation is the affinity key: each turn goes back to the worker holding its prefix.
         assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens
     with redis.Redis.from_url(cluster.redis_url) as connection:
-        assert connection.get(f"llama-responses:affinity:{conversation.id}") is not None
+        assert connection.get(affinity_owner_key(OPEN_TENANT, conversation.id)) is not None
     items = list(b.conversations.items.list(conversation.id, order="asc"))
     assert len(items) == 7 and items[-1].id == turns[-1].output[0].id
 

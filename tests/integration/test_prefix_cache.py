@@ -1,5 +1,6 @@
-"""Prefix reuse on the real model: chained and stateless turns prefill only what is new, and the cache never
-changes what the model says (temperature 0, against a server with reuse turned off)."""
+"""Prefix reuse on the real model: chained and stateless turns prefill only what is new, the cache never
+changes what the model says (temperature 0, against a server with reuse turned off), and it never crosses
+tenants."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def _conversations(client: openai.OpenAI, model: str) -> dict[str, list[Any]]:
     return {"chained": chained, "stateless": stateless}
 
 
-def _server(tmp_path: Path, name: str, cache_mb: str) -> ServerProcess:
+def _server(tmp_path: Path, name: str, cache_mb: str, **extra: str) -> ServerProcess:
     env = {
+        **extra,
         "RESPONSES_DATABASE_URL": sqlite_url(tmp_path / name),
         "RESPONSES_PREFIX_CACHE_MB": cache_mb,
         # One sequence: every turn finds the other conversation's tokens there and must use the cache.
@@ -71,3 +73,27 @@ def test_reuse_prefills_only_new_tokens_and_never_changes_the_output(tmp_path: P
         for previous, turn in pairwise(cached):
             # The previous prompt is reused whole: only the previous answer and the new question are read.
             assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens, kind
+
+
+def test_one_tenant_never_reuses_another_tenants_prefix(tmp_path: Path, sdk: SdkClients) -> None:
+    # One sequence: beta's request lands on the cells alpha's left, and alpha's next on beta's.
+    server = _server(tmp_path, "tenants", "256", RESPONSES_API_KEYS="alpha,beta")
+    try:
+        alpha, beta = sdk(server.base_url, "alpha"), sdk(server.base_url, "beta")
+        model = alpha.models.list().data[0].id
+
+        def cached(client: openai.OpenAI) -> tuple[int, int]:
+            turn = client.responses.create(
+                model=model, input=QUESTIONS[0], store=False, temperature=0, max_output_tokens=16, prompt_cache_key="k"
+            )
+            assert turn.usage is not None
+            return turn.usage.input_tokens_details.cached_tokens, turn.usage.input_tokens
+
+        assert cached(alpha)[0] == 0
+        assert cached(beta)[0] == 0, "beta reused alpha's prompt"
+        # Each tenant still reuses its own prompt, from the saved states (the one sequence holds the other's).
+        for client in (alpha, beta):
+            reused, prompt = cached(client)
+            assert reused == prompt - 1
+    finally:
+        server.stop()

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api.deps import IncludesDep, RuntimeDep, SessionDep, TenantDep
+from app.api.openapi import errors, json_body
 from app.schemas.conversations import (
     ConversationCreateRequest,
     ConversationItemList,
@@ -22,19 +23,21 @@ from app.services.validation import parse_body
 router = APIRouter()
 
 
-@router.post("/conversations")
+@router.post("/conversations", openapi_extra=json_body(ConversationCreateRequest, required=False))
 async def create_conversation(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> ConversationObject:
     # Every field is optional: an empty body is an empty conversation.
     body = parse_body(await request.body() or b"{}", ConversationCreateRequest, runtime.settings)
     return await service.create_conversation(runtime, tenant, items=body.items, metadata=body.metadata)
 
 
-@router.get("/conversations/{conversation_id}")
+@router.get("/conversations/{conversation_id}", responses=errors(404))
 async def get_conversation(conversation_id: str, session: SessionDep, tenant: TenantDep) -> ConversationObject:
     return await service.get_conversation(session, conversation_id, tenant)
 
 
-@router.post("/conversations/{conversation_id}")
+@router.post(
+    "/conversations/{conversation_id}", openapi_extra=json_body(ConversationUpdateRequest), responses=errors(404)
+)
 async def update_conversation(
     conversation_id: str, request: Request, runtime: RuntimeDep, session: SessionDep, tenant: TenantDep
 ) -> ConversationObject:
@@ -42,12 +45,14 @@ async def update_conversation(
     return await service.update_conversation(session, conversation_id, tenant, body.metadata)
 
 
-@router.delete("/conversations/{conversation_id}")
+@router.delete("/conversations/{conversation_id}", responses=errors(404))
 async def delete_conversation(conversation_id: str, session: SessionDep, tenant: TenantDep) -> DeletedConversation:
     return await service.delete_conversation(session, conversation_id, tenant)
 
 
-@router.post("/conversations/{conversation_id}/items")
+@router.post(
+    "/conversations/{conversation_id}/items", openapi_extra=json_body(ItemsCreateRequest), responses=errors(404)
+)
 async def add_items(
     conversation_id: str,
     request: Request,
@@ -59,7 +64,7 @@ async def add_items(
     return await service.add_items(runtime, conversation_id, tenant, body.items, includes=includes)
 
 
-@router.get("/conversations/{conversation_id}/items")
+@router.get("/conversations/{conversation_id}/items", responses=errors(404))
 async def list_items(
     conversation_id: str,
     session: SessionDep,
@@ -74,7 +79,7 @@ async def list_items(
     )
 
 
-@router.get("/conversations/{conversation_id}/items/{item_id}", response_model=None)
+@router.get("/conversations/{conversation_id}/items/{item_id}", response_model=None, responses=errors(404))
 async def get_item(
     conversation_id: str,
     item_id: str,
@@ -86,6 +91,6 @@ async def get_item(
     return Response(item.model_dump_json(), media_type="application/json")
 
 
-@router.delete("/conversations/{conversation_id}/items/{item_id}")
+@router.delete("/conversations/{conversation_id}/items/{item_id}", responses=errors(404))
 async def delete_item(conversation_id: str, item_id: str, session: SessionDep, tenant: TenantDep) -> ConversationObject:
     return await service.delete_item(session, conversation_id, item_id, tenant)

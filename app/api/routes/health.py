@@ -16,7 +16,7 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", responses={503: {"description": "Not ready: `checks` says what is missing."}})
 async def ready(runtime: RuntimeDep) -> JSONResponse:
     is_ready, body = await readiness(runtime)
     return JSONResponse(body, status_code=200 if is_ready else 503)

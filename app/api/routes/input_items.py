@@ -7,13 +7,14 @@ from typing import Literal
 from fastapi import APIRouter
 
 from app.api.deps import IncludesDep, SessionDep, TenantDep
+from app.api.openapi import errors
 from app.schemas.responses import InputItemList
 from app.services.input_items import list_input_items
 
 router = APIRouter()
 
 
-@router.get("/responses/{response_id}/input_items")
+@router.get("/responses/{response_id}/input_items", responses=errors(404))
 async def get_input_items(
     response_id: str,
     session: SessionDep,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.api.deps import IncludesDep, RuntimeDep, SessionDep, TenantDep
+from app.api.openapi import errors, json_body
 from app.api.sse import EventStreamResponse
+from app.schemas.requests import CreateResponseRequest
 from app.schemas.responses import DeletedResponse, ResponseObject
 from app.services import cancellation, preparation, submission
 from app.services import responses as service
@@ -17,9 +19,23 @@ from app.services.validation import parse_create_request
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
 MAX_SEQUENCE_NUMBER = 2**31 - 1
+#: A Response as JSON, or (stream: true) its events as server-sent events.
+RESPONSE_OR_EVENTS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": ResponseObject,
+        "description": "The Response; with `stream: true`, its events as server-sent events.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
 
 
-@router.post("/responses", response_model=None)
+@router.post(
+    "/responses",
+    response_model=None,
+    openapi_extra=json_body(CreateResponseRequest),
+    # 404: the conversation it names; 500: a generation that ended without any result.
+    responses={**RESPONSE_OR_EVENTS, **errors(404, 500)},
+)
 async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> Response:
     body = parse_create_request(await request.body(), runtime.settings)
     prepared = await preparation.prepare_response(body, tenant, runtime)
@@ -31,7 +47,7 @@ async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantD
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
 
 
-@router.get("/responses/{response_id}", response_model=None)
+@router.get("/responses/{response_id}", response_model=None, responses={**RESPONSE_OR_EVENTS, **errors(404)})
 async def get_response(
     response_id: str,
     runtime: RuntimeDep,
@@ -47,11 +63,11 @@ async def get_response(
     return await service.get_response(session, response_id, tenant, includes=includes)
 
 
-@router.delete("/responses/{response_id}")
+@router.delete("/responses/{response_id}", responses=errors(404))
 async def delete_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> DeletedResponse:
     return await service.delete_response(runtime, response_id, tenant)
 
 
-@router.post("/responses/{response_id}/cancel")
+@router.post("/responses/{response_id}/cancel", responses=errors(404))
 async def cancel_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> ResponseObject:
     return await cancellation.cancel_response(runtime, response_id, tenant)
