@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.schemas.items import InputItem, Item
+from app.schemas.items import InputItem, ItemList
 from app.schemas.requests import check_metadata
 
 #: The most items one create (of a conversation, or of items in one) may carry.
@@ -56,9 +56,5 @@ class DeletedConversation(BaseModel):
     deleted: bool = True
 
 
-class ConversationItemList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[Item]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+class ConversationItemList(ItemList):
+    """GET /v1/conversations/{id}/items."""

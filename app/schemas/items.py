@@ -304,3 +304,13 @@ Item = Annotated[
     | Annotated[StoredCompaction, Tag("item:compaction")],
     Discriminator(_stored_kind),
 ]
+
+
+class ItemList(BaseModel):
+    """One page of items (a response's input items, a conversation's items), with its cursor."""
+
+    object: Literal["list"] = "list"
+    data: list[Item]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

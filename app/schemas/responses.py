@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.items import Item, MessageItem
+from app.schemas.items import Item, ItemList, MessageItem
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "incomplete", "failed", "cancelled"})
@@ -109,12 +109,8 @@ class DeletedResponse(BaseModel):
     deleted: bool = True
 
 
-class InputItemList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[Item]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+class InputItemList(ItemList):
+    """GET /v1/responses/{id}/input_items."""
 
 
 class InputTokenCount(BaseModel):

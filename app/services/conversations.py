@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import TypeAdapter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
@@ -22,11 +21,9 @@ from app.schemas.items import InputItem, Item
 from app.services.compaction_items import check_compactions
 from app.services.context import conversation_not_found
 from app.services.includes import with_includes
-from app.services.input_items import check_page_limit
+from app.services.input_items import STORED_ITEM, check_page_limit, item_page
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
-
-STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 
 
 def _conversation(row: ConversationRow) -> ConversationObject:
@@ -124,13 +121,7 @@ async def list_items(
     rows, has_more = await repository.page_items(
         session, conversation_id, limit=limit, order=order, after_position=after_position
     )
-    data = with_includes([STORED_ITEM.validate_python(row) for row in rows], includes)
-    return ConversationItemList(
-        data=data,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
-        has_more=has_more,
-    )
+    return item_page(ConversationItemList, rows, has_more, includes)
 
 
 async def get_item(

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import TypeAdapter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
-from app.schemas.items import Item
+from app.schemas.items import Item, ItemList
 from app.schemas.responses import InputItemList
 from app.services.includes import with_includes
 
 MAX_PAGE_LIMIT = 100
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
+PageT = TypeVar("PageT", bound=ItemList)
+
+
+def item_page(page_type: type[PageT], rows: list[dict[str, Any]], has_more: bool, includes: frozenset[str]) -> PageT:
+    """A page of stored items as the client reads it, with the cursor ids of its ends."""
+    data = with_includes([STORED_ITEM.validate_python(row) for row in rows], includes)
+    return page_type(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=has_more,
+    )
 
 
 def check_page_limit(limit: int) -> None:
@@ -51,10 +63,4 @@ async def list_input_items(
     rows, has_more = await repository.page_input_items(
         session, response_id, limit=limit, order=order, after_position=after_position
     )
-    data = with_includes([STORED_ITEM.validate_python(row) for row in rows], includes)
-    return InputItemList(
-        data=data,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
-        has_more=has_more,
-    )
+    return item_page(InputItemList, rows, has_more, includes)

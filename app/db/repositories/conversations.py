@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
 from app.db.models import ConversationItemRow, ConversationRow, ResponseRow
+from app.db.repositories.paging import page_by_position
 
 TERMINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
 
@@ -89,17 +90,9 @@ async def page_items(
 ) -> tuple[list[dict[str, Any]], bool]:
     """One page of a conversation's items and whether more follow."""
     query = select(ConversationItemRow.item).where(ConversationItemRow.conversation_id == conversation_id)
-    position = ConversationItemRow.position
-    if order == "asc":
-        if after_position is not None:
-            query = query.where(position > after_position)
-        query = query.order_by(position.asc())
-    else:
-        if after_position is not None:
-            query = query.where(position < after_position)
-        query = query.order_by(position.desc())
-    rows = list((await session.execute(query.limit(limit + 1))).scalars())
-    return rows[:limit], len(rows) > limit
+    return await page_by_position(
+        session, query, ConversationItemRow.position, limit=limit, order=order, after_position=after_position
+    )
 
 
 async def append_items(session: AsyncSession, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:

@@ -10,6 +10,7 @@ from sqlalchemy import ColumnElement, delete, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
+from app.db.repositories.paging import page_by_position
 
 MAX_CHAIN_DEPTH = 10_000
 
@@ -80,16 +81,9 @@ async def page_input_items(
 ) -> tuple[list[dict[str, Any]], bool]:
     """One page of a response's input items and whether more follow."""
     query = select(InputItemRow.item).where(InputItemRow.response_id == response_id)
-    if order == "asc":
-        if after_position is not None:
-            query = query.where(InputItemRow.position > after_position)
-        query = query.order_by(InputItemRow.position.asc())
-    else:
-        if after_position is not None:
-            query = query.where(InputItemRow.position < after_position)
-        query = query.order_by(InputItemRow.position.desc())
-    rows = list((await session.execute(query.limit(limit + 1))).scalars())
-    return rows[:limit], len(rows) > limit
+    return await page_by_position(
+        session, query, InputItemRow.position, limit=limit, order=order, after_position=after_position
+    )
 
 
 async def delete_response(session: AsyncSession, response_id: str, tenant: str) -> bool:
