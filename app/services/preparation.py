@@ -8,6 +8,7 @@ so that they count exactly what a create would read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -221,17 +222,10 @@ async def _render(
     template_options: dict[str, Any] | None,
 ) -> list[int]:
     chars = sum(len(message.content) for message in messages) + (len(system.content) if system else 0)
-    if chars < HEAVY_PROMPT_CHARS:
-        return await asyncio.to_thread(
-            runtime.tokenizer.render_within_context,
-            system,
-            messages,
-            truncate=truncate,
-            template_options=template_options,
-        )
     # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
     # request's render waits for.
-    async with runtime.heavy_renders:
+    turns = runtime.heavy_renders if chars >= HEAVY_PROMPT_CHARS else contextlib.nullcontext()
+    async with turns:
         return await asyncio.to_thread(
             runtime.tokenizer.render_within_context,
             system,
