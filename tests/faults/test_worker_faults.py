@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.faults.harness import (
+    STORY,
     TERMINAL_EVENTS,
     Cluster,
     PostgresServer,
@@ -34,7 +35,6 @@ from tests.protocol import assert_well_formed_stream, parse_sse
 pytestmark = pytest.mark.integration
 
 FAST_LEASES = {"RESPONSES_LEASE_S": "3", "RESPONSES_RECONCILE_INTERVAL_S": "1", "RESPONSES_WORKER_CONCURRENCY": "2"}
-STORY = "Write a long story about a dragon who learns to bake bread."
 STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 32, "temperature": 0}
 #: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
 #: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.

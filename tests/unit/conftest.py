@@ -52,3 +52,19 @@ def app_runtime(app: FastAPI) -> Runtime:
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
         yield http
+
+
+@pytest.fixture
+async def two_tenants(tmp_path: Path, runner: FakeRunner) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two clients of one keyed app: keys `alpha` and `beta`, two tenants."""
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", model_id="m", api_keys="alpha,beta", _env_file=None
+    )
+    app = create_app(settings, fake_generation(FakeRenderer(), runner))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer alpha"}) as a,
+            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer beta"}) as b,
+        ):
+            yield a, b

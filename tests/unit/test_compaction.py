@@ -4,7 +4,6 @@ per tenant, keyed the same on every node), its expansion in later input, and aut
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -188,21 +187,6 @@ async def test_sealing_keys(tmp_path: Path) -> None:
             sealer = app.state.runtime.sealer
             tokens.append(sealer.seal(payload, purpose="p", tenant="t"))
             assert all(sealer.open(made, purpose="p", tenant="t") == payload for made in tokens)
-
-
-@pytest.fixture
-async def two_tenants(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", model_id="m", api_keys="alpha,beta", _env_file=None
-    )
-    app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer alpha"}) as a,
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer beta"}) as b,
-        ):
-            yield a, b
 
 
 async def test_a_compaction_item_opens_only_for_its_tenant(

@@ -4,8 +4,6 @@ conversation (context in, turn appended in order, locked while one runs), tenant
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -13,12 +11,10 @@ from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
-from app.config import Settings
 from app.db.repositories import responses as repository
-from app.main import create_app
 from app.runtime import Runtime
 from app.services import conversation_turns
-from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner, fake_generation
+from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from tests.protocol import assert_well_formed_stream, parse_sse
 from tests.unit.test_background import poll_until_done
 
@@ -300,21 +296,6 @@ async def test_conversation_errors(client: httpx.AsyncClient) -> None:
     )
     assert both.status_code == 400 and both.json()["error"]["code"] == "mutually_exclusive_parameters"
     assert await items_of(client, made["id"]) == [], "a refused create adds nothing"
-
-
-@pytest.fixture
-async def two_tenants(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", model_id="m", api_keys="alpha,beta", _env_file=None
-    )
-    app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer alpha"}) as a,
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer beta"}) as b,
-        ):
-            yield a, b
 
 
 async def test_another_tenants_conversation_is_not_found(

@@ -3,40 +3,19 @@ affinity keys that route jobs to the worker holding a prefix are scoped by it.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
-import pytest
 
 from app.api.deps import OPEN_TENANT
-from app.config import Settings
 from app.generation.types import SamplingParams
-from app.main import create_app
 from app.queue.arq_backend import affinity_owner_key
 from app.queue.base import GenerationJob
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
-
-
-@pytest.fixture
-async def two_keys(tmp_path: Path, runner: FakeRunner) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", model_id="m", api_keys="alpha,beta", _env_file=None
-    )
-    app = create_app(settings, fake_generation(FakeRenderer(), runner))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer alpha"}) as a,
-            httpx.AsyncClient(transport=transport, base_url="http://t", headers={"authorization": "Bearer beta"}) as b,
-        ):
-            yield a, b
+from tests.fakes import FakeRunner
 
 
 async def test_every_job_carries_its_tenant(
-    two_keys: tuple[httpx.AsyncClient, httpx.AsyncClient], runner: FakeRunner
+    two_tenants: tuple[httpx.AsyncClient, httpx.AsyncClient], runner: FakeRunner
 ) -> None:
-    alpha, beta = two_keys
+    alpha, beta = two_tenants
     same = {"input": "the same prompt", "prompt_cache_key": "shared", "max_output_tokens": 16}
     for client in (alpha, beta, alpha):
         assert (await client.post("/v1/responses", json=same)).status_code == 200
