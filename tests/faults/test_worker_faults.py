@@ -92,7 +92,8 @@ def row(cluster: Cluster, response_id: str) -> dict[str, Any]:
     found = db_rows(
         cluster.database_url,
         "SELECT status, attempts, lease_owner, cancel_requested_at, job IS NULL AS job_dropped,"
-        " progress IS NULL AS progress_dropped FROM responses WHERE id = $1",
+        " NOT EXISTS (SELECT 1 FROM generation_progress WHERE response_id = $1) AS progress_dropped"
+        " FROM responses WHERE id = $1",
         response_id,
     )
     assert found, response_id
@@ -218,6 +219,7 @@ def test_a_database_error_at_the_final_commit_fails_the_response_and_ends_the_st
         assert reader.done and reader.error is None
         terminal = reader.events[-1]
         assert terminal["type"] == "response.failed", [event["type"] for event in reader.events[-3:]]
+        assert_well_formed_stream(reader.events)  # the items it had opened closed, then `error`
         response_id = terminal["response"]["id"]
         got = httpx.get(f"{api.base_url}/v1/responses/{response_id}").json()
         assert got == terminal["response"] and got["error"]["code"] == "server_error"
