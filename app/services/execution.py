@@ -123,7 +123,11 @@ class JobExecution:
         written = runner.tokenize("".join(self.pieces)) if self.pieces else []
         self.prior_tokens = len(written)
         cap = self.job.sampling.max_output_tokens
-        sampling = replace(self.job.sampling, max_output_tokens=None if cap is None else max(cap - len(written), 0))
+        sampling = replace(
+            self.job.sampling,
+            max_output_tokens=None if cap is None else max(cap - len(written), 0),
+            resumed_output_tokens=len(written),
+        )
         return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
 
     async def _store(self, payloads: list[dict[str, Any]], final: ResponseObject | None) -> None:

@@ -120,9 +120,9 @@ def _resumable(row: ResponseRow, progress: jobs.Progress | None) -> bool:
         return False
     if progress is None or not progress.pieces:
         return True
-    sampling = row.job.get("sampling", {})
-    # A grammar's state and logprobs are not carried over: such a job starts again only if it had said nothing.
-    return sampling.get("grammar") is None and sampling.get("top_logprobs") is None
+    # NOTE: a grammar's state is carried over (the takeover's sampler accepts the text so far); the logprobs of
+    # what was said are not stored, so a logprobs job goes on only if it had said nothing.
+    return row.job.get("sampling", {}).get("top_logprobs") is None
 
 
 @dataclass
