@@ -91,11 +91,12 @@ async def end_response(
     so far: with stored events (closing what was open, then the terminal one) when its events are kept, so a
     replay ends, published for live streams. The terminal event, or None when someone holds it or it has ended."""
     async with sessionmaker() as session, session.begin():
-        row = await jobs.get_for_update(session, response_id)
-        if row is None:
+        now = utc_now()
+        row = await jobs.lock_unheld(session, response_id, now=now)
+        if row is None:  # held (its worker ends it) or ended: nothing to rebuild
             return None
         values, closing = _ending(row, await jobs.progress_of(session, response_id), status, error)
-        if not await jobs.end_unheld(session, response_id, now=utc_now(), values=values):
+        if not await jobs.end_unheld(session, response_id, now=now, values=values):
             return None
         row = await jobs.reload(session, response_id)
         if row is None:
