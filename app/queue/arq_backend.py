@@ -11,7 +11,7 @@ from arq.connections import ArqRedis, RedisSettings
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
 
 from app.config import Settings
-from app.queue.base import GenerationJob
+from app.queue.base import GenerationJob, QueueBacklog
 from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus
 
 QUEUE_NAME = f"{KEY_PREFIX}:jobs"
@@ -122,6 +122,15 @@ class ArqQueue:
             return False
         holder = await self.pool.get(job_holder_key(response_id))
         return holder is None or await self._is_alive(holder.decode())
+
+    async def backlog(self) -> QueueBacklog:
+        # NOTE: the shared queue only; jobs routed to a worker's own queue (affinity) are few and taken at once.
+        now = time.time()
+        async with self.pool.pipeline(transaction=False) as pipe:
+            pipe.zcard(QUEUE_NAME)
+            pipe.zcount(WORKERS_KEY, now, "+inf")
+            waiting, workers = await pipe.execute()
+        return QueueBacklog(waiting_jobs=int(waiting), live_workers=int(workers))
 
     async def close(self) -> None:
         await self.pool.aclose()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from app.generation.types import GenerationOutput, SamplingParams
+from app.observability.generation import job_telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class GenerationJob:
     #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
     #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
     announced: bool = False
+    #: The trace context, request id and queueing time of the request that made the job (see job_telemetry).
+    telemetry: dict[str, Any] = field(default_factory=job_telemetry)
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +68,12 @@ class GenerationJob:
                 "reasoning_tags": (tags[0], tags[1]) if tags else None,
             }
         )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    waiting_jobs: int
+    live_workers: int
 
 
 class GenerationRun(Protocol):
@@ -127,5 +136,9 @@ class GenerationQueue(Protocol):
     async def job_alive(self, response_id: str) -> bool:
         """Whether the job is still queued or held by a live worker: False once nothing can produce its events
         (its worker died, or it was lost with Redis). How a `store: false` stream learns that it will not end."""
+
+    async def backlog(self) -> QueueBacklog | None:
+        """Jobs waiting for a worker and workers alive, for the metrics; None where the model runs in this process
+        (its runner reports what waits for a sequence)."""
 
     async def close(self) -> None: ...

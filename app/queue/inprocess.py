@@ -7,7 +7,7 @@ import asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.ids import new_id
-from app.queue.base import GenerationJob, ModelRunner
+from app.queue.base import GenerationJob, ModelRunner, QueueBacklog
 from app.queue.memory_bus import MemoryBus
 from app.services.execution import DEFAULT_LEASE_S, execute_job
 
@@ -49,6 +49,9 @@ class InProcessQueue:
 
     async def job_alive(self, response_id: str) -> bool:
         return response_id in self._tasks
+
+    async def backlog(self) -> QueueBacklog | None:
+        return None
 
     async def close(self) -> None:
         for task in list(self._tasks.values()):

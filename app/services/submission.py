@@ -11,6 +11,7 @@ import anyio
 from app.db.models import ResponseRow
 from app.db.repositories import responses as repository
 from app.errors import ServerError, ServiceUnavailable
+from app.observability import logs
 from app.queue.base import GenerationJob, Subscription
 from app.runtime import Runtime
 from app.schemas.responses import ResponseObject, ResponseParams
@@ -50,6 +51,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
 
 async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
     """Store (when asked), commit, then enqueue: no job ever points at an uncommitted row."""
+    logs.bind(response_id=prepared.response.id, model=prepared.response.model)
     if prepared.job.store:
         await _store_new(runtime, prepared, tenant)
     elif prepared.conversation is not None:
