@@ -4,6 +4,7 @@ runner's sequences. Hooks called by the job execution and the runner; no llama.c
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ from app.observability.metrics import (
 if TYPE_CHECKING:
     from app.generation.types import Finish
     from app.queue.base import GenerationJob
+
+logger = logging.getLogger("llama_responses.generation")
 
 
 def job_telemetry() -> dict[str, Any]:
@@ -93,6 +96,10 @@ class JobObserver:
         end_ns = time.time_ns()
         RESPONSES.labels(self.model, status).inc()
         first_ns = self.first_ns if self.first_ns is not None else end_ns
+        output_tokens = finish.output_tokens if finish is not None else 0
+        logger.info(
+            "generation %s: %d output tokens in %.2f s", status, output_tokens, (end_ns - self.started_ns) / 1e9
+        )
         if self.started_ns:
             tracing.record_span("prefill", self.started_ns, first_ns)
             tracing.record_span("decode", first_ns, end_ns, {"llama_responses.status": status})

@@ -18,10 +18,16 @@ UNMATCHED_ROUTE = "unmatched"
 
 
 def route_template(scope: Scope) -> str:
-    """The matched route's path template (`/v1/responses/{response_id}`), or one label for every unmatched path."""
-    route = scope.get("route")
-    path: object = getattr(route, "path", None)
-    return path if isinstance(path, str) else UNMATCHED_ROUTE
+    """The matched route's path template (`/v1/responses/{response_id}`), or one label for every unmatched path.
+
+    NOTE: rebuilt from the path and its parameters: the matched route's own `path` lacks the prefix of the
+    router it was included with (FastAPI keeps included routers nested).
+    """
+    if scope.get("route") is None:
+        return UNMATCHED_ROUTE
+    names = {str(value): name for name, value in scope.get("path_params", {}).items()}
+    path: str = scope.get("path", "")
+    return "/".join(f"{{{names[segment]}}}" if segment in names else segment for segment in path.split("/"))
 
 
 def _request_id(scope: Scope) -> str:
