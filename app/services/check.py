@@ -4,6 +4,7 @@ each thing that is wrong, how to fix it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sqlalchemy.engine import make_url
 from app.config import ModelNotFoundError, Settings
 from app.db.migrations import current_revision, head_revision
 from app.db.session import create_engine
+from app.queue.arq_backend import WORKERS_KEY
 
 #: A check that waits longer than this on a server reports it unreachable.
 CHECK_TIMEOUT_S = 10.0
@@ -89,6 +91,7 @@ async def check_redis(settings: Settings) -> Finding:
     client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=CHECK_TIMEOUT_S / 2)
     try:
         await asyncio.wait_for(client.ping(), CHECK_TIMEOUT_S)
+        workers = await client.zcount(WORKERS_KEY, time.time(), "+inf")
     except Exception as error:
         return Finding(
             "redis",
@@ -98,7 +101,8 @@ async def check_redis(settings: Settings) -> Finding:
         )
     finally:
         await client.aclose()
-    return Finding("redis", True, f"{where} answers")
+    # No worker yet is no problem here (they may start after the API), but foreground creates wait for one.
+    return Finding("redis", True, f"{where} answers; {workers} worker(s) alive")
 
 
 async def run_checks(settings: Settings) -> list[Finding]:
