@@ -6,7 +6,10 @@ import asyncio
 import contextvars
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -249,3 +252,14 @@ def test_the_grafana_dashboard_queries_only_metrics_we_define() -> None:
         words = set(re.findall(r"[A-Za-z_:][\w:]*", bare))
         functions = {"sum", "max", "rate", "histogram_quantile"}
         assert words - functions <= ours, (expression, words - functions - ours)
+
+
+def test_processes_sharing_a_multiprocess_dir_are_summed(tmp_path: Path) -> None:
+    """PROMETHEUS_MULTIPROC_DIR (several processes behind one port): a scrape of any of them sums them all."""
+    count = "from app.observability.metrics import HTTP_REQUESTS; HTTP_REQUESTS.labels('GET', '/x', '200').inc()"
+    show = "from app.observability.metrics import exposition; print(exposition()[0].decode())"
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for code in (count, count):
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
+    shown = subprocess.run([sys.executable, "-c", show], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
+    assert 'llama_responses_http_requests_total{method="GET",route="/x",status="200"} 2.0' in shown.stdout
