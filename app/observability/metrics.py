@@ -123,7 +123,10 @@ DATABASE_ERRORS = Counter(
     f"{PREFIX}_database_errors_total", "Database statements that raised (outages included).", registry=REGISTRY
 )
 REDIS_ERRORS = Counter(
-    f"{PREFIX}_redis_errors_total", "Redis calls that failed (the queue, the event bus, heartbeats).", registry=REGISTRY
+    f"{PREFIX}_redis_errors_total",
+    "Redis failures this process handled: a request refused for want of the queue, an event not published, a "
+    "worker's failed poll, a metrics scrape that could not read the queue.",
+    registry=REGISTRY,
 )
 
 

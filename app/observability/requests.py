@@ -15,6 +15,8 @@ REQUEST_ID_HEADER = b"x-request-id"
 #: A client's own request id is kept (and logged) when it is short and plain; anything else gets ours.
 MAX_CLIENT_REQUEST_ID = 128
 UNMATCHED_ROUTE = "unmatched"
+#: Any other method a client invents is counted as one label value, not one series each.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def route_template(scope: Scope) -> str:
@@ -63,6 +65,6 @@ class RequestObservation:
                 await self.app(scope, receive, observed_send)
             finally:
                 route = route_template(scope)
-                method = scope.get("method", "GET")
+                method = scope["method"] if scope.get("method") in KNOWN_METHODS else "OTHER"
                 HTTP_REQUESTS.labels(method, route, str(status)).inc()
                 HTTP_LATENCY.labels(method, route).observe(time.perf_counter() - started)

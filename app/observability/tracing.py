@@ -7,15 +7,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:  # the job side (workers) imports this module too: no web framework loaded for it
+    from fastapi import FastAPI
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 TRACER_NAME = "llama_responses"
 #: Scrapes and probes are not worth a trace each.
