@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -83,8 +85,9 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
 
 
 @pytest.fixture(scope="module")
-def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, int]]:
-    """A worker with --metrics-port and an API node, on a fresh Postgres database and the test Redis."""
+def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess, int]]:
+    """A worker with --metrics-port and an API node, on a fresh Postgres database and the test Redis, both
+    printing their spans (OpenTelemetry's console exporter) into their logs."""
     redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
     with redis.Redis.from_url(redis_url) as connection:
         connection.flushdb()
@@ -92,21 +95,30 @@ def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
     with fresh_postgres_database() as database_url:
         env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
         assert run_cli(["migrate"], env).returncode == 0
+        env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}
         port = free_port()
         worker = ServerProcess(env, logs / "worker.log", command=["worker", "--metrics-port", str(port)]).start()
         api = ServerProcess(env, logs / "api.log").start()
         try:
             wait_until_ready(api.base_url)
-            yield api, port
+            yield api, worker, port
         finally:
             api.stop()
             worker.stop()
 
 
+def printed_spans(log: Path) -> list[dict]:
+    """The spans the console exporter printed (multi-line JSON objects among the log lines)."""
+    text, decoder, found = log.read_text(), json.JSONDecoder(), []
+    for start in (match.start() for match in re.finditer(r'^\{\n\s+"name": ', text, re.MULTILINE)):
+        found.append(decoder.raw_decode(text, start)[0])
+    return found
+
+
 def test_a_worker_serves_its_own_metrics_and_the_api_node_the_queue(
-    worker_and_api: tuple[ServerProcess, int],
+    worker_and_api: tuple[ServerProcess, ServerProcess, int],
 ) -> None:
-    api, port = worker_and_api
+    api, _, port = worker_and_api
     worker_url = f"http://127.0.0.1:{port}/metrics"
     assert wait_for_ok(worker_url, 30)
     clients = SdkClients()
@@ -135,3 +147,28 @@ def test_a_worker_serves_its_own_metrics_and_the_api_node_the_queue(
     assert value(on_api, "llama_responses_http_requests_total", method="POST", route="/v1/responses", status="200")
     # Generation happens on the worker, not here.
     assert value(on_api, "llama_responses_responses_total", model=model, status=created.status) == 0
+
+
+def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
+    worker_and_api: tuple[ServerProcess, ServerProcess, int],
+) -> None:
+    api, worker, _ = worker_and_api
+    clients = SdkClients()
+    try:
+        client = clients(api.base_url)
+        created = client.responses.create(model=client.models.list().data[0].id, input="Hi.", max_output_tokens=16)
+    finally:
+        clients.close()
+    deadline = time.monotonic() + 15
+    while True:  # each process exports its spans in batches, 50 ms apart
+        generate = [span for span in printed_spans(worker.log_path) if span["name"] == "generate"]
+        generate = [span for span in generate if span["attributes"]["llama_responses.response_id"] == created.id]
+        requests = [span for span in printed_spans(api.log_path) if span["name"] == "POST /v1/responses"]
+        if (generate and requests) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert generate, worker.log_path.read_text()[-3000:]
+    trace_id = generate[0]["context"]["trace_id"]
+    assert trace_id in {span["context"]["trace_id"] for span in requests}
+    on_worker = [span for span in printed_spans(worker.log_path) if span["context"]["trace_id"] == trace_id]
+    assert {"generate", "prefill", "decode"} <= {span["name"] for span in on_worker}
