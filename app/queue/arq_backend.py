@@ -4,7 +4,10 @@ the registry of live workers (a sorted set: worker id -> when its heartbeat expi
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
@@ -39,6 +42,23 @@ def affinity_owner_key(tenant: str, affinity_key: str) -> str:
     tenant's prompt_cache_key never routes to (or reveals) another's; hashed, so a key's size is bounded."""
     digest = hashlib.sha256(f"{len(tenant)}:{tenant}:{affinity_key}".encode()).hexdigest()
     return f"{KEY_PREFIX}:affinity:{digest}"
+
+
+#: Deletes a lock only while it is still the holder's (a lock that expired and was taken since stays).
+_RELEASE_LOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@asynccontextmanager
+async def exclusive(redis: ArqRedis, name: str, ttl_s: int) -> AsyncIterator[bool]:
+    """A lock across workers: yields whether this caller holds it (someone else does: False, run nothing). It
+    expires after `ttl_s`, so a worker that died holding it blocks the others that long at most."""
+    key, token = f"{KEY_PREFIX}:lock:{name}", secrets.token_hex(16)
+    held = bool(await redis.set(key, token, nx=True, ex=ttl_s))
+    try:
+        yield held
+    finally:
+        if held:
+            await redis.eval(_RELEASE_LOCK, 1, key, token)  # type: ignore[misc]
 
 
 def redis_settings(redis_url: str) -> RedisSettings:
