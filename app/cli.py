@@ -1,4 +1,4 @@
-"""`llama-responses serve | worker | migrate`."""
+"""`llama-responses serve | worker | migrate`, and the operator's `responses list|show|delete` and `prune`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from app.config import ModelNotFoundError, Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.operator_cli import add_commands
 
 
 def _fail(message: object) -> int:
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)
+    add_commands(commands)
     return parser
 
 
