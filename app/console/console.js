@@ -40,7 +40,7 @@ function el(tag, attributes, ...children) {
     if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
     else node.setAttribute(name, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -48,7 +48,7 @@ function el(tag, attributes, ...children) {
 }
 
 function show(...nodes) {
-  page.replaceChildren(...nodes);
+  page.replaceChildren(...nodes.filter((node) => node !== null && node !== undefined));
 }
 
 function when(unixSeconds) {
