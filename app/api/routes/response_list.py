@@ -16,6 +16,16 @@ from app.services.response_list import list_responses
 router = APIRouter()
 
 METADATA_PARAM = "metadata["
+#: metadata[key]=value is read from the raw query (any key): described here for the OpenAPI document.
+METADATA_QUERY = {
+    "name": "metadata",
+    "in": "query",
+    "required": False,
+    "style": "deepObject",
+    "explode": True,
+    "description": "metadata[KEY]=VALUE: responses whose metadata has KEY set to VALUE (all pairs must match).",
+    "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+}
 
 
 def _metadata_filters(request: Request) -> dict[str, str]:
@@ -27,7 +37,13 @@ def _metadata_filters(request: Request) -> dict[str, str]:
     }
 
 
-@router.get("/responses", responses=errors(400))
+@router.get(
+    "/responses",
+    responses=errors(400),
+    summary="List stored responses (extension)",
+    description="Not in the hosted API: the caller's stored responses, newest first, filtered, in cursor pages.",
+    openapi_extra={"parameters": [METADATA_QUERY]},
+)
 async def get_responses(
     request: Request,
     session: SessionDep,
