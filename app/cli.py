@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import sys
 
-from app.config import ModelNotFoundError, Settings
+from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelConfigError
 from app.operator_cli import add_commands
 
 
@@ -17,11 +19,11 @@ def _fail(message: object) -> int:
 
 
 def _preflight(settings: Settings) -> str | None:
-    """Why this process cannot start (no model file, an old schema), in one line; None when it can."""
+    """Why this process cannot start (models that cannot be served, an old schema), in one line; None when it can."""
     try:
-        settings.resolved_model_path  # noqa: B018  (API nodes need the vocabulary too)
+        load_registry(settings)  # API nodes need the models too (their vocabularies)
         asyncio.run(prepare_database(settings))
-    except (ModelNotFoundError, SchemaOutOfDate) as error:
+    except (ModelConfigError, SchemaOutOfDate) as error:
         return str(error)
     return None
 
@@ -38,18 +40,38 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(_: argparse.Namespace) -> int:
+def _worker_models(settings: Settings, names: list[str] | None) -> list[str]:
+    """The ids of the models a worker serves: --model (or RESPONSES_WORKER_MODELS), aliases allowed; else all."""
+    registry = load_registry(settings)
+    names = names or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
+    if not names:
+        return registry.ids
+    models: list[str] = []
+    for name in names:
+        spec = registry.get(name)
+        if spec is None:
+            raise ModelConfigError(f"worker model '{name}' is not declared (served: {', '.join(registry.ids)})")
+        if spec.id not in models:
+            models.append(spec.id)
+    return models
+
+
+def _worker(args: argparse.Namespace) -> int:
     settings = Settings()
     if settings.embedded:
         return _fail("the worker needs RESPONSES_REDIS_URL (distributed mode)")
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
+    try:
+        models = _worker_models(settings, args.model)
+    except ModelConfigError as error:
+        return _fail(error)
     import logging
 
     from worker.main import SupervisedWorker, worker_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    SupervisedWorker(**worker_settings(settings)).run()
+    SupervisedWorker(**worker_settings(settings, models)).run()
     return 0
 
 
@@ -74,7 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)
-    worker = commands.add_parser("worker", help="run an arq worker that loads the model and generates")
+    worker = commands.add_parser("worker", help="run an arq worker that loads its models and generates")
+    worker.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model to serve (repeat for several; default: RESPONSES_WORKER_MODELS, else every declared model)",
+    )
     worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)

@@ -29,8 +29,11 @@ from app.config import Settings
 from app.db import migrations
 from app.db.session import create_engine, create_sessionmaker
 from app.errors import register_error_handlers
-from app.generation.types import PromptRenderer
+from app.generation.renderers import RendererCache
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelRegistry
 from app.queue.base import GenerationQueue
+from app.queue.model_pool import ModelPool
 from app.runtime import Runtime
 from app.services.periodic import run_periodically
 from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
@@ -41,33 +44,26 @@ from app.services.tenant_slots import TenantSlots
 logger = logging.getLogger(__name__)
 
 GenerationFactory = Callable[
-    [Settings, async_sessionmaker[AsyncSession]], Awaitable[tuple[PromptRenderer, GenerationQueue]]
+    [Settings, ModelRegistry, async_sessionmaker[AsyncSession]], Awaitable[tuple[RendererCache, GenerationQueue]]
 ]
 
 
 async def build_generation(
-    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
-) -> tuple[PromptRenderer, GenerationQueue]:
-    """Embedded: the model in this process. Distributed: only a vocabulary-only tokenizer and the arq client."""
+    settings: Settings, registry: ModelRegistry, sessionmaker: async_sessionmaker[AsyncSession]
+) -> tuple[RendererCache, GenerationQueue]:
+    """Embedded: the models in this process, each loaded on first use. Distributed: the arq client. Both
+    render prompts here, with each model's vocabulary-only tokenizer (built on first use too)."""
     from app.generation.tokenizer import ChatTokenizer
 
-    path = settings.resolved_model_path
+    renderers = RendererCache(ChatTokenizer.for_model)
     if not settings.embedded:
         from app.queue.arq_backend import ArqQueue
 
-        tokenizer = await asyncio.to_thread(
-            ChatTokenizer, path, n_ctx=settings.n_ctx, reasoning_tags=settings.reasoning_tags
-        )
-        return tokenizer, await ArqQueue.connect(settings)
+        return renderers, await ArqQueue.connect(settings)
 
-    from app.generation.engine import LlamaEngine
     from app.queue.inprocess import InProcessQueue
-    from app.queue.local_runner import LocalRunner
 
-    engine = await asyncio.to_thread(LlamaEngine.from_settings, settings)
-    runner = LocalRunner(engine)
-    tokenizer = await asyncio.to_thread(ChatTokenizer, path, n_ctx=engine.n_ctx, reasoning_tags=settings.reasoning_tags)
-    return tokenizer, InProcessQueue(runner, sessionmaker, settings.lease_s)
+    return renderers, InProcessQueue(ModelPool.from_settings(settings, registry), sessionmaker, settings.lease_s)
 
 
 def create_app(
@@ -86,14 +82,14 @@ def create_app(
             await migrations.prepare_database(settings)
         engine = create_engine(settings.database_url)
         sessionmaker = create_sessionmaker(engine)
-        tokenizer, queue = await build(settings, sessionmaker)
+        registry = load_registry(settings)
+        renderers, queue = await build(settings, registry, sessionmaker)
         app.state.runtime = Runtime(
             settings=settings,
-            model_id=settings.served_model_id,
-            model_created=settings.model_created,
+            models=registry,
             engine=engine,
             sessionmaker=sessionmaker,
-            tokenizer=tokenizer,
+            renderers=renderers,
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),

@@ -55,7 +55,7 @@ class LocalRunner:
         self._runs[job.response_id] = run
         return run
 
-    def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, model: str, text: str) -> list[int]:
         return self.engine.tokenize(text)
 
     def cancel(self, response_id: str) -> None:

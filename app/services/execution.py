@@ -107,7 +107,7 @@ class JobExecution:
                 logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
         return True
 
-    def _resume(self, runner: ModelRunner) -> GenerationJob:
+    async def _resume(self, runner: ModelRunner) -> GenerationJob:
         """The job to start: as queued, or (a takeover) continuing from the progress the last run stored."""
         self.assembler.response.status = "in_progress"
         if self.progress is None:
@@ -122,7 +122,7 @@ class JobExecution:
         for piece in self.progress.get("pieces", []):
             self.assembler.text(piece)
             self.pieces.append(piece)
-        written = runner.tokenize("".join(self.pieces)) if self.pieces else []
+        written = await runner.tokenize(self.job.model, "".join(self.pieces)) if self.pieces else []
         self.prior_tokens = len(written)
         cap = self.job.sampling.max_output_tokens
         sampling = replace(self.job.sampling, max_output_tokens=None if cap is None else max(cap - len(written), 0))
@@ -288,7 +288,7 @@ class JobExecution:
         if not await self._claim():
             logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
-        job = self._resume(runner)
+        job = await self._resume(runner)
         try:
             if not self.resumed:
                 await self._emit(self.assembler.start())
