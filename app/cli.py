@@ -1,4 +1,4 @@
-"""`llama-responses serve | worker | migrate | check`."""
+"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete` and `prune`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.model_registry.loading import load_registry
 from app.model_registry.spec import ModelConfigError
+from app.operator_cli import add_commands
 
 
 def _fail(message: object) -> int:
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="check the settings, model, database schema and Redis; say how to fix what is wrong"
     )
     check.set_defaults(run=_check)
+    add_commands(commands)
     return parser
 
 

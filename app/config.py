@@ -129,6 +129,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Runs a background job gets (the first, then takeovers after its worker died) before it is failed.",
     )
+    retention_days: float = Field(
+        30.0,
+        ge=0,
+        description="How long a stored response is kept (from its creation, like the hosted API's 30 days), with "
+        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever.",
+    )
     events_retention_hours: float = Field(
         24.0,
         ge=0,

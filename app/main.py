@@ -14,6 +14,7 @@ from app.api.openapi import describe_api
 from app.api.request_guards import RequestGuards
 from app.api.routes import (
     compaction,
+    console,
     conversations,
     docs,
     health,
@@ -21,6 +22,7 @@ from app.api.routes import (
     input_tokens,
     metrics,
     models,
+    response_list,
     responses,
     websocket,
 )
@@ -38,7 +40,7 @@ from app.queue.model_pool import ModelPool
 from app.runtime import Runtime
 from app.services.periodic import run_periodically
 from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
-from app.services.retention import PRUNE_INTERVAL_S, prune_finished_events
+from app.services.retention import PRUNE_INTERVAL_S, apply_retention
 from app.services.sealing import load_sealer
 from app.services.tenant_slots import TenantSlots
 
@@ -106,9 +108,7 @@ def create_app(
                 logger.warning("marked %d responses left unfinished by a previous run as failed", orphans)
             # Distributed mode prunes on the workers (an arq cron job); here, this process does.
             prune = run_periodically(
-                "pruning events",
-                PRUNE_INTERVAL_S,
-                lambda: prune_finished_events(sessionmaker, settings.events_retention_hours),
+                "applying retention", PRUNE_INTERVAL_S, lambda: apply_retention(sessionmaker, settings)
             )
             maintenance.append(asyncio.create_task(prune))
         # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
@@ -135,7 +135,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (compaction, input_tokens, responses, input_items, conversations, models, websocket):
+    for module in (compaction, input_tokens, response_list, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)
@@ -143,4 +143,5 @@ def create_app(
     app.include_router(metrics.router)
     if traced:
         tracing.instrument_app(app)
+    console.mount_console(app)
     return app

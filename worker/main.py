@@ -30,6 +30,7 @@ from app.queue.arq_backend import (
     GENERATE_TASK,
     ArqQueue,
     affinity_owner_key,
+    exclusive,
     job_holder_key,
     model_queue,
     redis_settings,
@@ -42,7 +43,7 @@ from app.queue.model_pool import ModelPool
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.recovery import Reconciler, RecoveryPolicy
-from app.services.retention import prune_finished_events
+from app.services.retention import apply_retention
 
 logger = logging.getLogger("llama_responses.worker")
 
@@ -50,6 +51,9 @@ WORKER_HEARTBEAT_S = 5
 #: A worker whose registration is older than this is not counted alive (three missed heartbeats).
 WORKER_TTL_S = 15
 JOB_TIMEOUT_S = 3600
+#: The retention lock outlives any purge (batches of short transactions); a worker that dies holding it delays
+#: the next purge by this much at most.
+RETENTION_LOCK_TTL_S = 1800
 #: Backoff of a failed background task (and of arq's polling while Redis is away): doubles up to the cap.
 RESTART_BACKOFF_S = (0.5, 30.0)
 
@@ -211,9 +215,12 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["engine"].dispose()
 
 
-async def prune_events(ctx: dict[str, Any]) -> None:
-    """arq cron: one worker at a time prunes finished background streams' events past their retention."""
-    await prune_finished_events(ctx["sessionmaker"], ctx["settings"].events_retention_hours)
+async def apply_retention_task(ctx: dict[str, Any]) -> None:
+    """arq cron: purge expired responses and prune finished streams' events. arq runs a tick's cron job once
+    across workers; the lock keeps a purge that outlasts its tick from overlapping the next one."""
+    async with exclusive(ctx["redis"], "retention", RETENTION_LOCK_TTL_S) as held:
+        if held:
+            await apply_retention(ctx["sessionmaker"], ctx["settings"])
 
 
 def serve_metrics(host: str, port: int) -> None:
@@ -236,6 +243,6 @@ def worker_settings(settings: Settings, models: list[str]) -> dict[str, Any]:
         "redis_settings": redis_settings(settings.redis_url),
         "queue_name": model_queue(models[0]),
         # Every 10 minutes (arq runs each cron job once per tick across workers).
-        "cron_jobs": [cron(prune_events, minute=set(range(0, 60, 10)), run_at_startup=True)],
+        "cron_jobs": [cron(apply_retention_task, minute=set(range(0, 60, 10)), run_at_startup=True)],
         **_job_options(concurrency(settings)),
     }

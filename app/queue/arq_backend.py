@@ -5,8 +5,10 @@ every worker and one per model: worker id -> when its heartbeat expires)."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
@@ -54,6 +56,23 @@ def affinity_owner_key(tenant: str, model: str, affinity_key: str) -> str:
     scope = f"{len(tenant)}:{tenant}:{len(model)}:{model}:{affinity_key}"
     digest = hashlib.sha256(scope.encode()).hexdigest()
     return f"{KEY_PREFIX}:affinity:{digest}"
+
+
+#: Deletes a lock only while it is still the holder's (a lock that expired and was taken since stays).
+_RELEASE_LOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@asynccontextmanager
+async def exclusive(redis: ArqRedis, name: str, ttl_s: int) -> AsyncIterator[bool]:
+    """A lock across workers: yields whether this caller holds it (someone else does: False, run nothing). It
+    expires after `ttl_s`, so a worker that died holding it blocks the others that long at most."""
+    key, token = f"{KEY_PREFIX}:lock:{name}", secrets.token_hex(16)
+    held = bool(await redis.set(key, token, nx=True, ex=ttl_s))
+    try:
+        yield held
+    finally:
+        if held:
+            await redis.eval(_RELEASE_LOCK, 1, key, token)  # type: ignore[misc]
 
 
 def redis_settings(redis_url: str) -> RedisSettings:

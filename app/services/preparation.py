@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.config import Settings
+from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.prompt import ChatMessage, Turn, build_context
@@ -143,8 +144,11 @@ class PreparedResponse:
         job: GenerationJob,
         stream: bool,
         context: RenderedContext,
+        created: datetime,
     ) -> None:
         self.response = response
+        #: When it was created, to the microsecond (the Response says the second): lists order by it.
+        self.created = created
         self.job = job
         self.stream = stream
         self.context = context
@@ -377,10 +381,11 @@ async def prepare_response(
     tools = context.tools
     params = _params_of(request, runtime.settings, context.model)
     grammar = await _output_grammar(context.renderer, tools, params.text.get("format"))
+    created = utc_now()
     response = ResponseObject(
         **params.model_dump(),
         id=new_id("resp"),
-        created_at=int(time.time()),
+        created_at=int(created.timestamp()),
         status="queued",
         model=context.model.id,
         previous_response_id=request.previous_response_id,
@@ -413,4 +418,4 @@ async def prepare_response(
         conversation_input=context.items if context.conversation else [],
         leading_items=context.leading,
     )
-    return PreparedResponse(response, job, stream=bool(request.stream), context=context)
+    return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -37,7 +36,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         params=ResponseParams.model_validate(response.model_dump()).model_dump(mode="json"),
         output=[],
         job=prepared.job.to_payload(),
-        created_at=datetime.fromtimestamp(response.created_at, UTC),
+        created_at=prepared.created,
     )
     async with runtime.sessionmaker() as session, session.begin():
         await repository.insert_response(session, row, prepared.items)
