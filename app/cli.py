@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)
     check = commands.add_parser(
-        "check", help="check the settings, model, database schema and Redis; say how to fix what is wrong"
+        "check", help="check the settings, models, database schema and Redis; say how to fix what is wrong"
     )
     check.set_defaults(run=_check)
     add_commands(commands)
