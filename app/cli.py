@@ -1,13 +1,17 @@
-"""`llama-responses serve | worker | migrate`."""
+"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete` and `prune`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from typing import Any
 
-from app.config import ModelNotFoundError, Settings
+from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelConfigError
+from app.operator_cli import add_commands
 
 
 def _fail(message: object) -> int:
@@ -16,39 +20,68 @@ def _fail(message: object) -> int:
 
 
 def _preflight(settings: Settings) -> str | None:
-    """Why this process cannot start (no model file, an old schema), in one line; None when it can."""
+    """Why this process cannot start (models that cannot be served, an old schema), in one line; None when it can."""
     try:
-        settings.resolved_model_path  # noqa: B018  (API nodes need the vocabulary too)
+        load_registry(settings)  # API nodes need the models too (their vocabularies)
         asyncio.run(prepare_database(settings))
-    except (ModelNotFoundError, SchemaOutOfDate) as error:
+    except (ModelConfigError, SchemaOutOfDate) as error:
         return str(error)
     return None
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from app.main import create_app
+    from app.observability.logs import configure_logging
 
     settings = Settings()
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
-    uvicorn.run(create_app(settings, database_ready=True), host=args.host, port=args.port, log_level=args.log_level)
+    # Text: uvicorn's own log config, as ever. JSON: ours, for every logger, uvicorn's access log included.
+    log_config: dict[str, Any] | None = LOGGING_CONFIG
+    if settings.log_format == "json":
+        configure_logging("json", args.log_level)
+        log_config = None
+    app = create_app(settings, database_ready=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=log_config)
     return 0
 
 
-def _worker(_: argparse.Namespace) -> int:
+def _worker_models(settings: Settings, names: list[str] | None) -> list[str]:
+    """The ids of the models a worker serves: --model (or RESPONSES_WORKER_MODELS), aliases allowed; else all."""
+    registry = load_registry(settings)
+    names = names or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
+    if not names:
+        return registry.ids
+    models: list[str] = []
+    for name in names:
+        spec = registry.get(name)
+        if spec is None:
+            raise ModelConfigError(f"worker model '{name}' is not declared (served: {', '.join(registry.ids)})")
+        if spec.id not in models:
+            models.append(spec.id)
+    return models
+
+
+def _worker(args: argparse.Namespace) -> int:
     settings = Settings()
     if settings.embedded:
         return _fail("the worker needs RESPONSES_REDIS_URL (distributed mode)")
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
-    import logging
+    try:
+        models = _worker_models(settings, args.model)
+    except ModelConfigError as error:
+        return _fail(error)
+    from app.observability.logs import configure_logging
+    from worker.main import SupervisedWorker, serve_metrics, worker_settings
 
-    from worker.main import SupervisedWorker, worker_settings
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    SupervisedWorker(**worker_settings(settings)).run()
+    configure_logging(settings.log_format)
+    if args.metrics_port is not None:
+        serve_metrics(args.metrics_host, args.metrics_port)
+    SupervisedWorker(**worker_settings(settings, models)).run()
     return 0
 
 
@@ -59,6 +92,15 @@ def _migrate(_: argparse.Namespace) -> int:
     upgrade_to_head(settings.database_url)
     print(f"llama-responses: database at head ({settings.database_url.split('@')[-1]})")
     return 0
+
+
+def _check(_: argparse.Namespace) -> int:
+    from app.services.check import load_settings, report, run_checks
+
+    settings, loaded = load_settings()
+    findings = [loaded, *(asyncio.run(run_checks(settings)) if settings is not None else [])]
+    print(report(findings))
+    return 0 if all(finding.ok for finding in findings) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,10 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)
-    worker = commands.add_parser("worker", help="run an arq worker that loads the model and generates")
+    worker = commands.add_parser("worker", help="run an arq worker that loads its models and generates")
+    worker.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model to serve (repeat for several; default: RESPONSES_WORKER_MODELS, else every declared model)",
+    )
+    worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="the address the metrics port binds")
     worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)
+    check = commands.add_parser(
+        "check", help="check the settings, models, database schema and Redis; say how to fix what is wrong"
+    )
+    check.set_defaults(run=_check)
+    add_commands(commands)
     return parser
 
 

@@ -14,6 +14,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.observability.metrics import REDIS_ERRORS
+
 logger = logging.getLogger(__name__)
 
 
@@ -157,6 +159,8 @@ def _unavailable_or_server_error(error: Exception) -> JSONResponse:
     unavailable = outage_error(error)
     if unavailable is None:
         return _server_error(error)
+    if unavailable.code == "queue_unavailable":
+        REDIS_ERRORS.inc()
     logger.warning("a backing service is unavailable: %s", error)
     return error_response(unavailable)
 

@@ -24,6 +24,7 @@ from app.db.base import utc_now
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.generation.types import Finish, GenerationFailed, ScoredPiece
+from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ErrorEvent, ResponseEvent, ResponseLifecycleEvent
 from app.schemas.responses import ResponseError, ResponseObject
@@ -75,6 +76,7 @@ class JobExecution:
         self._ended = False  # the run's Finish (or GenerationFailed) was read
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
         self._handing_over = False
+        self.observer = JobObserver(job)
 
     def _lease_until(self) -> datetime:
         return utc_now() + timedelta(seconds=self.lease_s)
@@ -112,7 +114,7 @@ class JobExecution:
                 logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
         return True
 
-    def _resume(self, runner: ModelRunner) -> GenerationJob:
+    async def _resume(self, runner: ModelRunner) -> GenerationJob:
         """The job to start: as queued, or (a takeover) continuing from the progress the last run stored."""
         self.assembler.response.status = "in_progress"
         if self.progress is None:
@@ -120,7 +122,7 @@ class JobExecution:
         self.resumed = True
         self.assembler, self.ids, self.pieces = replay_progress(self.job, self.progress.pieces, self.progress.ids)
         self._stored = self.progress
-        written = runner.tokenize("".join(self.pieces)) if self.pieces else []
+        written = await runner.tokenize(self.job.model, "".join(self.pieces)) if self.pieces else []
         self.prior_tokens = len(written)
         cap = self.job.sampling.max_output_tokens
         sampling = replace(
@@ -224,6 +226,7 @@ class JobExecution:
                     output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
                 )
             events = self.assembler.finish(output, completed_at=int(time.time()))
+        self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
         first = events[0].sequence_number
         try:
@@ -300,13 +303,14 @@ class JobExecution:
         if not await self._claim():
             logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
-        job = self._resume(runner)
+        job = await self._resume(runner)
         try:
             if not self.resumed:
                 await self._emit(self.assembler.start())
         except LeaseLost:
             return
         generation = runner.start(job)
+        self.observer.generation_started(resumed=self.resumed)
         heartbeat = asyncio.create_task(self._heartbeat(generation)) if self.job.store else None
         try:
             if self.cancel_requested or await self._cancel_stored():
@@ -343,6 +347,7 @@ class JobExecution:
             if isinstance(output, str | ScoredPiece):
                 if silent:
                     continue
+                self.observer.output()
                 self.pieces.append(output if isinstance(output, str) else output.text)
                 await self._emit(self.assembler.text(output))
             else:
@@ -361,4 +366,6 @@ async def execute_job(
     owner: str,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> None:
-    await JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s).run(runner)
+    execution = JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s)
+    with execution.observer.running():
+        await execution.run(runner)

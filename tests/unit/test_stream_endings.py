@@ -174,7 +174,9 @@ async def test_readiness_needs_the_database_and_queue_and_reports_workers(client
     assert ready.status_code == 200
     assert ready.json()["checks"] == {"database": True, "queue": True, "workers": True}
     workers = await client.get("/health/workers")
-    assert workers.status_code == 200 and workers.json()["models"] == {"fake-model": {"workers": True}}
+    assert workers.status_code == 200 and workers.json()["models"] == {
+        "fake-model": {"workers": True, "live_workers": 1}
+    }
 
 
 def _wrapped(error: Exception) -> DBAPIError:

@@ -74,7 +74,7 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     text = final["output"][0]["content"][0]["text"]
     assert text.startswith("w0 w1 w2 w3 w4") and text.count("w0") == 2
     again = runner.jobs[1]
-    written = runner.tokenize("w0 w1 w2 w3 w4")
+    written = await runner.tokenize("fake-model", "w0 w1 w2 w3 w4")
     assert again.prompt_tokens == [*first.prompt_tokens, *written]
     assert final["usage"]["input_tokens"] == len(first.prompt_tokens)
     assert final["usage"]["output_tokens"] == len(written) + 12

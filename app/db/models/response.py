@@ -50,4 +50,6 @@ class ResponseRow(Base):
         Index("ix_responses_status", "status"),
         Index("ix_responses_status_lease_expires_at", "status", "lease_expires_at"),
         Index("ix_responses_status_created_at", "status", "created_at"),
+        #: GET /v1/responses: a tenant's responses newest first.
+        Index("ix_responses_tenant_created_at", "tenant", "created_at"),
     )
