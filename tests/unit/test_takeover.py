@@ -193,7 +193,7 @@ async def test_a_structured_output_job_is_taken_over_with_its_grammar_fed_the_te
     assert (await reconciler(app_runtime).run_round()).taken_over == 1
     assert_well_formed_stream(parse_sse((await live).text))
     first, again = runner.jobs
-    written = runner.tokenize('{"a":')
+    written = await runner.tokenize(first.model, '{"a":')
     # The engine feeds the grammar the prompt's last tokens, the text so far, before it samples.
     assert first.sampling.grammar is not None and again.sampling.grammar == first.sampling.grammar
     assert again.sampling.resumed_output_tokens == len(written) and again.prompt_tokens[-len(written) :] == written
