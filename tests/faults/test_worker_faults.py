@@ -42,7 +42,7 @@ STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens
 #: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
 #: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.
 TAKEOVER_BOUND_S = 120
-READY_LINE = re.compile(r"worker (worker_\w+) ready: model ")
+READY_LINE = re.compile(r"worker (worker_\w+) ready: models? ")
 
 
 @pytest.fixture(scope="module", autouse=True)
