@@ -22,6 +22,7 @@ from app.db.repositories import responses as repository
 from app.generation.types import Finish
 from app.queue.base import EventBus, GenerationJob, GenerationQueue
 from app.runtime import Runtime
+from app.schemas.events import ErrorEvent
 from app.services.job_progress import final_values, publish_quietly, replay_progress, terminal_event
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,9 @@ def _ending(
     had opened, so that a stream reader sees each item end (and `error` before `response.failed`)."""
     values: dict[str, Any] = {"status": status, "error": error}
     if row.job is None or progress is None or not progress.pieces:
-        return values, []  # nothing said, nothing open
+        # Nothing said, nothing open; a failure still says why before `response.failed`.
+        said = [] if error is None else [ErrorEvent(sequence_number=0, code=error["code"], message=error["message"])]
+        return values, [event.model_dump(mode="json") for event in said]
     job = GenerationJob.from_payload(row.job)
     assembler, _, pieces = replay_progress(job, progress.pieces, progress.ids)
     if status == "failed":
