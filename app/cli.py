@@ -8,6 +8,7 @@ import sys
 
 from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.generation.types import ModelLoadError
 from app.model_registry.loading import load_registry
 from app.model_registry.spec import ModelConfigError
 
@@ -70,7 +71,10 @@ def _worker(args: argparse.Namespace) -> int:
     from worker.main import SupervisedWorker, worker_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    SupervisedWorker(**worker_settings(settings, models)).run()
+    try:
+        SupervisedWorker(**worker_settings(settings, models)).run()
+    except ModelLoadError as error:  # one of its models could not be loaded before its first heartbeat
+        return _fail(error)
     return 0
 
 
