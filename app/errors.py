@@ -14,6 +14,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.observability.metrics import REDIS_ERRORS
+
 logger = logging.getLogger(__name__)
 
 
@@ -211,6 +213,7 @@ def register_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)
     async def _queue(_: Request, error: Exception) -> JSONResponse:
+        REDIS_ERRORS.inc()
         logger.warning("the queue (Redis) is unavailable: %s", error)
         return error_response(
             ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable")

@@ -24,6 +24,7 @@ from app.db.base import utc_now
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.generation.types import Finish, GenerationFailed, ScoredPiece
+from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ResponseEvent, ResponseLifecycleEvent
 from app.schemas.responses import ResponseError, ResponseObject
@@ -64,6 +65,7 @@ class JobExecution:
         self._ended = False  # the run's Finish (or GenerationFailed) was read
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
         self._handing_over = False
+        self.observer = JobObserver(job)
 
     def _new_assembler(self) -> ResponseAssembler:
         job = self.job
@@ -218,6 +220,7 @@ class JobExecution:
                     output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
                 )
             events = self.assembler.finish(output, completed_at=int(time.time()))
+        self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
         first = events[0].sequence_number
         try:
@@ -295,6 +298,7 @@ class JobExecution:
         except LeaseLost:
             return
         generation = runner.start(job)
+        self.observer.generation_started(resumed=self.resumed)
         heartbeat = asyncio.create_task(self._heartbeat(generation)) if self.job.store else None
         try:
             if self.cancel_requested or await self._cancel_stored():
@@ -331,6 +335,7 @@ class JobExecution:
             if isinstance(output, str | ScoredPiece):
                 if silent:
                     continue
+                self.observer.output()
                 self.pieces.append(output if isinstance(output, str) else output.text)
                 await self._emit(self.assembler.text(output))
             else:
@@ -363,4 +368,6 @@ async def execute_job(
     owner: str,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> None:
-    await JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s).run(runner)
+    execution = JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s)
+    with execution.observer.running():
+        await execution.run(runner)

@@ -16,6 +16,7 @@ from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.ids import new_id
+from app.observability.metrics import REDIS_ERRORS
 from app.queue.base import EventBus, GenerationJob
 from app.schemas.events import ResponseLifecycleEvent
 from app.schemas.responses import TERMINAL_STATUSES
@@ -71,6 +72,7 @@ async def publish_quietly(bus: EventBus, response_id: str, event: dict[str, Any]
     try:
         await bus.publish(response_id, event)
     except Exception as error:
+        REDIS_ERRORS.inc()
         logger.warning("could not publish an event of %s (%s)", response_id, error)
 
 
