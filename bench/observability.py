@@ -1,7 +1,8 @@
 """What observability costs a request: GET /v1/responses/{id} in-process (httpx's ASGI transport, the fake model),
 with the request middleware taken out (the baseline), as shipped (metrics, request ids), and with tracing on
 (in-memory exporter). Rounds alternate between the apps; the median round of each is printed, as a ratio to the
-baseline's.
+baseline's. Then the middleware alone around an ASGI app that answers at once: its own cost a request, which a
+loaded machine's noise hides in the first figure.
 
     python -m bench.observability [--requests 500] [--rounds 7]
 """
@@ -19,6 +20,7 @@ from typing import cast
 import httpx
 from fastapi import FastAPI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import Settings
 from app.main import create_app
@@ -33,6 +35,32 @@ async def round_s(client: httpx.AsyncClient, path: str, requests: int) -> float:
         reply = await client.get(path)
         assert reply.status_code == 200
     return (time.perf_counter() - started) / requests
+
+
+async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
+    scope["route"], scope["path_params"] = object(), {"response_id": "resp_1"}  # as the router leaves them
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def middleware_overhead_s(calls: int) -> float:
+    """Median of three: the middleware around `_answer` minus `_answer` alone, a request."""
+
+    async def discard(_: Message) -> None:
+        return None
+
+    async def nothing() -> Message:
+        return {"type": "http.request"}
+
+    async def run(target: ASGIApp) -> float:
+        started = time.perf_counter()
+        for _ in range(calls):
+            scope: Scope = {"type": "http", "method": "GET", "path": "/v1/responses/resp_1", "headers": []}
+            await target(scope, nothing, discard)
+        return (time.perf_counter() - started) / calls
+
+    observed = RequestObservation(_answer)
+    return statistics.median([await run(observed) - await run(_answer) for _ in range(3)])
 
 
 async def measure(folder: Path, requests: int, rounds: int) -> dict[str, float]:
@@ -83,6 +111,8 @@ def main() -> None:
     baseline = medians["baseline"]
     for name, seconds in medians.items():
         print(f"{name:>18}: {seconds * 1e6:7.0f} us a GET  ({seconds / baseline:.2f} x baseline)")
+    overhead = asyncio.run(middleware_overhead_s(20_000))
+    print(f"{'middleware alone':>18}: {overhead * 1e6:7.1f} us a request ({overhead / baseline:.3f} of a GET)")
 
 
 if __name__ == "__main__":
