@@ -87,7 +87,7 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
 @pytest.fixture(scope="module")
 def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess, int]]:
     """A worker with --metrics-port and an API node, on a fresh Postgres database and the test Redis, both
-    printing their spans (OpenTelemetry's console exporter) into their logs."""
+    printing their spans (OpenTelemetry's console exporter) and JSON log lines into their logs."""
     redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
     with redis.Redis.from_url(redis_url) as connection:
         connection.flushdb()
@@ -95,7 +95,7 @@ def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
     with fresh_postgres_database() as database_url:
         env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
         assert run_cli(["migrate"], env).returncode == 0
-        env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50", "RESPONSES_LOG_FORMAT": "json"}
         port = free_port()
         worker = ServerProcess(env, logs / "worker.log", command=["worker", "--metrics-port", str(port)]).start()
         api = ServerProcess(env, logs / "api.log").start()
@@ -149,6 +149,10 @@ def test_a_worker_serves_its_own_metrics_and_the_api_node_the_queue(
     assert value(on_api, "llama_responses_responses_total", model=model, status=created.status) == 0
 
 
+def log_entries(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"time"')]
+
+
 def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
     worker_and_api: tuple[ServerProcess, ServerProcess, int],
 ) -> None:
@@ -156,7 +160,9 @@ def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
     clients = SdkClients()
     try:
         client = clients(api.base_url)
-        created = client.responses.create(model=client.models.list().data[0].id, input="Hi.", max_output_tokens=16)
+        model = client.models.list().data[0].id
+        headers = {"x-request-id": "req-from-the-client"}
+        created = client.responses.create(model=model, input="Hi.", max_output_tokens=16, extra_headers=headers)
     finally:
         clients.close()
     deadline = time.monotonic() + 15
@@ -172,3 +178,7 @@ def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
     assert trace_id in {span["context"]["trace_id"] for span in requests}
     on_worker = [span for span in printed_spans(worker.log_path) if span["context"]["trace_id"] == trace_id]
     assert {"generate", "prefill", "decode"} <= {span["name"] for span in on_worker}
+    # The worker's log line about this generation names the request that queued it.
+    ended = [entry for entry in log_entries(worker.log_path) if entry.get("response_id") == created.id]
+    assert ended and ended[0]["logger"] == "llama_responses.generation", ended
+    assert ended[0]["request_id"] == "req-from-the-client" and ended[0]["tenant"] == "public"
