@@ -1,4 +1,4 @@
-"""`llama-responses serve | worker | migrate | check`."""
+"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete` and `prune`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import asyncio
 import sys
 from typing import Any
 
-from app.config import ModelNotFoundError, Settings
+from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelConfigError
+from app.operator_cli import add_commands
 
 
 def _fail(message: object) -> int:
@@ -17,11 +20,11 @@ def _fail(message: object) -> int:
 
 
 def _preflight(settings: Settings) -> str | None:
-    """Why this process cannot start (no model file, an old schema), in one line; None when it can."""
+    """Why this process cannot start (models that cannot be served, an old schema), in one line; None when it can."""
     try:
-        settings.resolved_model_path  # noqa: B018  (API nodes need the vocabulary too)
+        load_registry(settings)  # API nodes need the models too (their vocabularies)
         asyncio.run(prepare_database(settings))
-    except (ModelNotFoundError, SchemaOutOfDate) as error:
+    except (ModelConfigError, SchemaOutOfDate) as error:
         return str(error)
     return None
 
@@ -46,19 +49,39 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker_models(settings: Settings, names: list[str] | None) -> list[str]:
+    """The ids of the models a worker serves: --model (or RESPONSES_WORKER_MODELS), aliases allowed; else all."""
+    registry = load_registry(settings)
+    names = names or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
+    if not names:
+        return registry.ids
+    models: list[str] = []
+    for name in names:
+        spec = registry.get(name)
+        if spec is None:
+            raise ModelConfigError(f"worker model '{name}' is not declared (served: {', '.join(registry.ids)})")
+        if spec.id not in models:
+            models.append(spec.id)
+    return models
+
+
 def _worker(args: argparse.Namespace) -> int:
     settings = Settings()
     if settings.embedded:
         return _fail("the worker needs RESPONSES_REDIS_URL (distributed mode)")
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
+    try:
+        models = _worker_models(settings, args.model)
+    except ModelConfigError as error:
+        return _fail(error)
     from app.observability.logs import configure_logging
     from worker.main import SupervisedWorker, serve_metrics, worker_settings
 
     configure_logging(settings.log_format)
     if args.metrics_port is not None:
         serve_metrics(args.metrics_host, args.metrics_port)
-    SupervisedWorker(**worker_settings(settings)).run()
+    SupervisedWorker(**worker_settings(settings, models)).run()
     return 0
 
 
@@ -92,16 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)
-    worker = commands.add_parser("worker", help="run an arq worker that loads the model and generates")
+    worker = commands.add_parser("worker", help="run an arq worker that loads its models and generates")
+    worker.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model to serve (repeat for several; default: RESPONSES_WORKER_MODELS, else every declared model)",
+    )
     worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     worker.add_argument("--metrics-host", default="127.0.0.1", help="the address the metrics port binds")
     worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)
     check = commands.add_parser(
-        "check", help="check the settings, model, database schema and Redis; say how to fix what is wrong"
+        "check", help="check the settings, models, database schema and Redis; say how to fix what is wrong"
     )
     check.set_defaults(run=_check)
+    add_commands(commands)
     return parser
 
 

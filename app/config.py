@@ -35,7 +35,32 @@ class Settings(BaseSettings):
         None, description="Model id served in /v1/models and responses; default: the file name's stem."
     )
     map_unknown_models: bool = Field(
-        False, description="Serve requests naming another model with ours instead of a 400 model_not_found."
+        False, description="Serve requests naming an undeclared model with the default model instead of a 400."
+    )
+    models_file: Path | None = Field(
+        None, description="A models file (TOML; YAML where pyyaml is installed) declaring the served models."
+    )
+    models: str | None = Field(None, description="More models as 'id=path.gguf,id2=other.gguf'.")
+    models_dir: Path | None = Field(None, description="A directory whose *.gguf files are served (id: file stem).")
+    default_model: str | None = Field(
+        None, description="The model of requests that name none (and of unknown ones, when mapped); default: the first."
+    )
+    model_aliases: str | None = Field(
+        None, description="Other names for served models, as 'gpt-4o=small,gpt-5=big' (for clients that insist)."
+    )
+    max_loaded_models: int = Field(
+        0,
+        ge=0,
+        description="Embedded mode: most models in memory at once (the least recently used idle one is "
+        "unloaded first); 0: no limit.",
+    )
+    max_loaded_mb: int = Field(
+        0,
+        ge=0,
+        description="Embedded mode: most MB of model files in memory at once (as max_loaded_models); 0: no limit.",
+    )
+    worker_models: str | None = Field(
+        None, description="Models a worker serves, comma-separated (`worker --model` overrides); default: all."
     )
     n_ctx: int | None = Field(
         None, ge=0, description="Context window in tokens; default (or 0): the model's trained context."
@@ -103,6 +128,12 @@ class Settings(BaseSettings):
         3,
         ge=1,
         description="Runs a background job gets (the first, then takeovers after its worker died) before it is failed.",
+    )
+    retention_days: float = Field(
+        30.0,
+        ge=0,
+        description="How long a stored response is kept (from its creation, like the hosted API's 30 days), with "
+        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever.",
     )
     events_retention_hours: float = Field(
         24.0,

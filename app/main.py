@@ -14,6 +14,7 @@ from app.api.openapi import describe_api
 from app.api.request_guards import RequestGuards
 from app.api.routes import (
     compaction,
+    console,
     conversations,
     docs,
     health,
@@ -21,6 +22,7 @@ from app.api.routes import (
     input_tokens,
     metrics,
     models,
+    response_list,
     responses,
     websocket,
 )
@@ -28,47 +30,43 @@ from app.config import Settings
 from app.db import migrations
 from app.db.session import create_engine, create_sessionmaker
 from app.errors import register_error_handlers
-from app.generation.types import PromptRenderer
+from app.generation.renderers import RendererCache
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelRegistry
 from app.observability import tracing
 from app.observability.requests import RequestObservation
 from app.queue.base import GenerationQueue
+from app.queue.model_pool import ModelPool
 from app.runtime import Runtime
 from app.services.periodic import run_periodically
 from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
-from app.services.retention import PRUNE_INTERVAL_S, prune_finished_events
+from app.services.retention import PRUNE_INTERVAL_S, apply_retention
 from app.services.sealing import load_sealer
 from app.services.tenant_slots import TenantSlots
 
 logger = logging.getLogger(__name__)
 
 GenerationFactory = Callable[
-    [Settings, async_sessionmaker[AsyncSession]], Awaitable[tuple[PromptRenderer, GenerationQueue]]
+    [Settings, ModelRegistry, async_sessionmaker[AsyncSession]], Awaitable[tuple[RendererCache, GenerationQueue]]
 ]
 
 
 async def build_generation(
-    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
-) -> tuple[PromptRenderer, GenerationQueue]:
-    """Embedded: the model in this process. Distributed: only a vocabulary-only tokenizer and the arq client."""
+    settings: Settings, registry: ModelRegistry, sessionmaker: async_sessionmaker[AsyncSession]
+) -> tuple[RendererCache, GenerationQueue]:
+    """Embedded: the models in this process, each loaded on first use. Distributed: the arq client. Both
+    render prompts here, with each model's vocabulary-only tokenizer (built on first use too)."""
     from app.generation.tokenizer import ChatTokenizer
 
-    path = settings.resolved_model_path
+    renderers = RendererCache(ChatTokenizer.for_model)
     if not settings.embedded:
         from app.queue.arq_backend import ArqQueue
 
-        tokenizer = await asyncio.to_thread(
-            ChatTokenizer, path, n_ctx=settings.n_ctx, reasoning_tags=settings.reasoning_tags
-        )
-        return tokenizer, await ArqQueue.connect(settings)
+        return renderers, await ArqQueue.connect(settings)
 
-    from app.generation.engine import LlamaEngine
     from app.queue.inprocess import InProcessQueue
-    from app.queue.local_runner import LocalRunner
 
-    engine = await asyncio.to_thread(LlamaEngine.from_settings, settings)
-    runner = LocalRunner(engine)
-    tokenizer = await asyncio.to_thread(ChatTokenizer, path, n_ctx=engine.n_ctx, reasoning_tags=settings.reasoning_tags)
-    return tokenizer, InProcessQueue(runner, sessionmaker, settings.lease_s)
+    return renderers, InProcessQueue(ModelPool.from_settings(settings, registry), sessionmaker, settings.lease_s)
 
 
 def create_app(
@@ -90,14 +88,14 @@ def create_app(
         if traced:
             tracing.instrument_database(engine)
         sessionmaker = create_sessionmaker(engine)
-        tokenizer, queue = await build(settings, sessionmaker)
+        registry = load_registry(settings)
+        renderers, queue = await build(settings, registry, sessionmaker)
         app.state.runtime = Runtime(
             settings=settings,
-            model_id=settings.served_model_id,
-            model_created=settings.model_created,
+            models=registry,
             engine=engine,
             sessionmaker=sessionmaker,
-            tokenizer=tokenizer,
+            renderers=renderers,
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
@@ -110,9 +108,7 @@ def create_app(
                 logger.warning("marked %d responses left unfinished by a previous run as failed", orphans)
             # Distributed mode prunes on the workers (an arq cron job); here, this process does.
             prune = run_periodically(
-                "pruning events",
-                PRUNE_INTERVAL_S,
-                lambda: prune_finished_events(sessionmaker, settings.events_retention_hours),
+                "applying retention", PRUNE_INTERVAL_S, lambda: apply_retention(sessionmaker, settings)
             )
             maintenance.append(asyncio.create_task(prune))
         # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
@@ -139,7 +135,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (compaction, input_tokens, responses, input_items, conversations, models, websocket):
+    for module in (compaction, input_tokens, response_list, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)
@@ -147,4 +143,5 @@ def create_app(
     app.include_router(metrics.router)
     if traced:
         tracing.instrument_app(app)
+    console.mount_console(app)
     return app

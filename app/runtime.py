@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.generation.types import PromptRenderer
+from app.generation.renderers import RendererCache
+from app.model_registry.spec import ModelRegistry
 from app.queue.base import GenerationQueue
 from app.services.sealing import ContentSealer
 from app.services.tenant_slots import TenantSlots
@@ -20,11 +21,12 @@ HEAVY_RENDERS = 2
 @dataclass(frozen=True, slots=True)
 class Runtime:
     settings: Settings
-    model_id: str
-    model_created: int
+    #: The served models; requests are routed by their `model`.
+    models: ModelRegistry
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
-    tokenizer: PromptRenderer
+    #: Each model's prompt renderer (its own vocabulary and chat template), built on first use.
+    renderers: RendererCache
     queue: GenerationQueue
     #: Seals and opens compaction items (the same key on every node).
     sealer: ContentSealer
@@ -32,3 +34,8 @@ class Runtime:
     slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))
+
+    @property
+    def model_id(self) -> str:
+        """The default model's id (requests that name no model get it)."""
+        return self.models.default.id

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.generation.prompt import ChatMessage
+from app.generation.renderers import RendererCache
 from app.generation.types import (
     ContextTooLong,
     Finish,
@@ -18,7 +19,8 @@ from app.generation.types import (
     PromptRenderer,
     ScoredPiece,
 )
-from app.queue.base import GenerationJob, GenerationQueue
+from app.model_registry.spec import ModelRegistry
+from app.queue.base import GenerationJob, GenerationQueue, ModelRunner
 from app.queue.inprocess import InProcessQueue
 
 #: What the fake model says, one word a token.
@@ -134,7 +136,7 @@ class FakeRunner:
         self.runs[job.response_id] = run
         return run
 
-    def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, model: str, text: str) -> list[int]:
         return [ord(character) for character in text]
 
     def cancel(self, response_id: str) -> None:
@@ -145,10 +147,13 @@ class FakeRunner:
         return None
 
 
-def fake_generation(renderer: FakeRenderer, runner: FakeRunner):
+def fake_generation(renderer: FakeRenderer, runner: ModelRunner, renderers: Mapping[str, PromptRenderer] | None = None):
+    """The fake model for every served model (`renderers`: model id -> its own renderer, where it needs one)."""
+
     async def build(
-        settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
-    ) -> tuple[PromptRenderer, GenerationQueue]:
-        return renderer, InProcessQueue(runner, sessionmaker, settings.lease_s)
+        settings: Settings, registry: ModelRegistry, sessionmaker: async_sessionmaker[AsyncSession]
+    ) -> tuple[RendererCache, GenerationQueue]:
+        cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
+        return cache, InProcessQueue(runner, sessionmaker, settings.lease_s)
 
     return build

@@ -20,28 +20,30 @@ from arq.worker import Worker
 
 from app.config import Settings
 from app.db.session import create_engine, create_sessionmaker
-from app.generation.engine import LlamaEngine, concurrency
+from app.generation.engine import concurrency
 from app.ids import new_id
+from app.model_registry.loading import load_registry
 from app.observability import tracing
 from app.observability.metrics import REDIS_ERRORS, WORKER_HEARTBEATS
 from app.queue.arq_backend import (
     AFFINITY_TTL_S,
     GENERATE_TASK,
-    QUEUE_NAME,
     ArqQueue,
     affinity_owner_key,
+    exclusive,
     job_holder_key,
+    model_queue,
     redis_settings,
     register_worker,
     unregister_worker,
     worker_queue,
 )
 from app.queue.base import GenerationJob
-from app.queue.local_runner import LocalRunner
+from app.queue.model_pool import ModelPool
 from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.recovery import Reconciler, RecoveryPolicy
-from app.services.retention import prune_finished_events
+from app.services.retention import apply_retention
 
 logger = logging.getLogger("llama_responses.worker")
 
@@ -49,6 +51,9 @@ WORKER_HEARTBEAT_S = 5
 #: A worker whose registration is older than this is not counted alive (three missed heartbeats).
 WORKER_TTL_S = 15
 JOB_TIMEOUT_S = 3600
+#: The retention lock outlives any purge (batches of short transactions); a worker that dies holding it delays
+#: the next purge by this much at most.
+RETENTION_LOCK_TTL_S = 1800
 #: Backoff of a failed background task (and of arq's polling while Redis is away): doubles up to the cap.
 RESTART_BACKOFF_S = (0.5, 30.0)
 
@@ -78,7 +83,7 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
         # before the response can complete, so a client chaining at once is already routed by it.
         with contextlib.suppress(Exception):
             await ctx["redis"].set(
-                affinity_owner_key(job.tenant, job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S
+                affinity_owner_key(job.tenant, job.model, job.affinity_key), ctx["worker_id"], ex=AFFINITY_TTL_S
             )
     # Who runs this job, for an API node relaying a `store: false` stream to notice if this worker dies.
     with contextlib.suppress(Exception):
@@ -121,7 +126,7 @@ async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
 
 async def _beat(ctx: dict[str, Any]) -> None:
     while True:
-        await register_worker(ctx["redis"], ctx["worker_id"], WORKER_TTL_S)
+        await register_worker(ctx["redis"], ctx["worker_id"], ctx["models"], WORKER_TTL_S)
         WORKER_HEARTBEATS.inc()
         await asyncio.sleep(WORKER_HEARTBEAT_S)
 
@@ -133,17 +138,17 @@ async def _reconcile_forever(ctx: dict[str, Any]) -> None:
         await asyncio.sleep(settings.reconcile_interval_s)
 
 
-async def _run_own_queue(ctx: dict[str, Any]) -> None:
-    """A second arq worker in this process, on this worker's own queue (jobs sent here by affinity), sharing
-    the model: jobs beyond its sequences wait in the engine, in order."""
-    own = SupervisedWorker(
-        queue_name=worker_queue(ctx["worker_id"]),
+async def _run_queue(ctx: dict[str, Any], queue_name: str) -> None:
+    """Another arq worker in this process, on another queue (this worker's own, for jobs sent here by affinity,
+    or another of its models'), sharing the models: jobs beyond a model's sequences wait in its engine, in order."""
+    other = SupervisedWorker(
+        queue_name=queue_name,
         redis_pool=ctx["redis"],
         ctx=ctx,
         handle_signals=False,
-        **_job_options(ctx["runner"].engine.slots),
+        **_job_options(concurrency(ctx["settings"])),
     )
-    await own.main()
+    await other.main()
 
 
 async def supervise(name: str, task: Callable[[], Awaitable[None]]) -> None:
@@ -168,7 +173,11 @@ async def supervise(name: str, task: Callable[[], Awaitable[None]]) -> None:
 async def startup(ctx: dict[str, Any]) -> None:
     settings = Settings()
     ctx["settings"] = settings
-    ctx["runner"] = LocalRunner(await asyncio.to_thread(LlamaEngine.from_settings, settings))
+    models: list[str] = ctx["models"]
+    pool = ModelPool.from_settings(settings, load_registry(settings))
+    ctx["runner"] = pool
+    for model in models:  # loaded before the first heartbeat: a live worker is one that can generate
+        await pool.preload(model)
     ctx["engine"] = create_engine(settings.database_url)
     if tracing.configure_tracing("llama-responses-worker"):
         tracing.instrument_database(ctx["engine"])
@@ -177,10 +186,19 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["queue"] = ArqQueue(ctx["redis"])
     ctx["reconciler"] = Reconciler(ctx["sessionmaker"], ctx["queue"], RecoveryPolicy.from_settings(settings))
     ctx["worker_id"] = new_id("worker")
-    tasks = {"cancel listener": _listen_for_cancels, "heartbeat": _beat, "reconciler": _reconcile_forever}
-    tasks["own-queue worker"] = _run_own_queue
-    ctx["background"] = [asyncio.create_task(supervise(name, partial(task, ctx))) for name, task in tasks.items()]
-    logger.info("worker %s ready: model %s", ctx["worker_id"], settings.resolved_model_path.name)
+    tasks: dict[str, Callable[[], Awaitable[None]]] = {
+        name: partial(task, ctx)
+        for name, task in (
+            ("cancel listener", _listen_for_cancels),
+            ("heartbeat", _beat),
+            ("reconciler", _reconcile_forever),
+        )
+    }
+    # The main arq worker takes the first model's queue; these take the others' and this worker's own.
+    for queue_name in [*(model_queue(model) for model in models[1:]), worker_queue(ctx["worker_id"])]:
+        tasks[f"worker on {queue_name}"] = partial(_run_queue, ctx, queue_name)
+    ctx["background"] = [asyncio.create_task(supervise(name, task)) for name, task in tasks.items()]
+    logger.info("worker %s ready: models %s", ctx["worker_id"], ", ".join(models))
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
@@ -190,16 +208,19 @@ async def shutdown(ctx: dict[str, Any]) -> None:
             await task
     if "worker_id" in ctx:
         with contextlib.suppress(Exception):
-            await unregister_worker(ctx["redis"], ctx["worker_id"])
+            await unregister_worker(ctx["redis"], ctx["worker_id"], ctx["models"])
     if "runner" in ctx:
         await ctx["runner"].close()
     if "engine" in ctx:
         await ctx["engine"].dispose()
 
 
-async def prune_events(ctx: dict[str, Any]) -> None:
-    """arq cron: one worker at a time prunes finished background streams' events past their retention."""
-    await prune_finished_events(ctx["sessionmaker"], ctx["settings"].events_retention_hours)
+async def apply_retention_task(ctx: dict[str, Any]) -> None:
+    """arq cron: purge expired responses and prune finished streams' events. arq runs a tick's cron job once
+    across workers; the lock keeps a purge that outlasts its tick from overlapping the next one."""
+    async with exclusive(ctx["redis"], "retention", RETENTION_LOCK_TTL_S) as held:
+        if held:
+            await apply_retention(ctx["sessionmaker"], ctx["settings"])
 
 
 def serve_metrics(host: str, port: int) -> None:
@@ -212,15 +233,16 @@ def serve_metrics(host: str, port: int) -> None:
     logger.info("metrics on http://%s:%d/metrics", host, port)
 
 
-def worker_settings(settings: Settings) -> dict[str, Any]:
-    """arq's Worker arguments."""
-    assert settings.redis_url is not None
+def worker_settings(settings: Settings, models: list[str]) -> dict[str, Any]:
+    """arq's Worker arguments, for a worker serving `models` (ids, at least one)."""
+    assert settings.redis_url is not None and models
     return {
         "on_startup": startup,
         "on_shutdown": shutdown,
+        "ctx": {"models": models},
         "redis_settings": redis_settings(settings.redis_url),
-        "queue_name": QUEUE_NAME,
+        "queue_name": model_queue(models[0]),
         # Every 10 minutes (arq runs each cron job once per tick across workers).
-        "cron_jobs": [cron(prune_events, minute=set(range(0, 60, 10)), run_at_startup=True)],
+        "cron_jobs": [cron(apply_retention_task, minute=set(range(0, 60, 10)), run_at_startup=True)],
         **_job_options(concurrency(settings)),
     }

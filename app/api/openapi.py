@@ -117,8 +117,6 @@ def describe_api(app: FastAPI, settings: Settings) -> dict[str, Any]:
         statuses = [*COMMON_ERRORS, 401] if settings.api_keys else list(COMMON_ERRORS)
         if "requestBody" in operation:
             statuses.append(413)
-        if path == "/v1/models":
-            statuses.remove(503)  # reads no database
         for status in statuses:
             responses.setdefault(str(status), {"description": ERROR_DESCRIPTIONS[status], "content": _error_ref()})
         operation["responses"] = dict(sorted(responses.items()))

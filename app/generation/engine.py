@@ -41,6 +41,7 @@ from app.generation.types import (
     SamplingParams,
     ScoredPiece,
 )
+from app.model_registry.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -145,13 +146,14 @@ class LlamaEngine:
         self._thread.start()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LlamaEngine:
+    def from_settings(cls, settings: Settings, spec: ModelSpec) -> LlamaEngine:
+        """`spec`'s model, with the deployment's threads, concurrency and prefix cache (one cache per model)."""
         cache_bytes = settings.prefix_cache_mb * 2**20
         return cls(
-            settings.resolved_model_path,
-            n_ctx=settings.n_ctx,
+            spec.path,
+            n_ctx=spec.n_ctx,
             n_threads=settings.n_threads,
-            n_gpu_layers=settings.n_gpu_layers,
+            n_gpu_layers=spec.n_gpu_layers,
             slots=concurrency(settings),
             prefix_cache=PrefixCache(cache_bytes) if cache_bytes else None,
         )

@@ -11,6 +11,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from app.generation.prompt import ChatMessage
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
+from app.model_registry.spec import ModelSpec
 
 # Used only when a GGUF carries no template of its own.
 CHATML_TEMPLATE = (
@@ -40,13 +41,20 @@ class ChatTokenizer:
     Thread-safe for rendering: a vocabulary-only model has no context and no mutable state.
     """
 
-    def __init__(self, model_path: Path, *, n_ctx: int | None, reasoning_tags: str | None = None) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        n_ctx: int | None,
+        reasoning_tags: str | None = None,
+        chat_template: str | None = None,
+    ) -> None:
         self._vocab = llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
         metadata = self._vocab.metadata
         # A vocabulary-only load reports no trained context; the GGUF metadata has it.
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
         self.n_ctx = n_ctx or trained
-        template = metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        template = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
         self.reasoning_tags = parse_reasoning_tags(reasoning_tags, template)
         self.supports_tools = "tools" in template
         vocab = self._vocab._model.vocab
@@ -57,6 +65,10 @@ class ChatTokenizer:
             eos_token=self._token_text(llama_cpp.llama_vocab_eos(vocab)),
             bos_token=self._token_text(self._bos),
         )
+
+    @classmethod
+    def for_model(cls, spec: ModelSpec) -> ChatTokenizer:
+        return cls(spec.path, n_ctx=spec.n_ctx, reasoning_tags=spec.reasoning_tags, chat_template=spec.chat_template)
 
     def _token_text(self, token: int) -> str:
         if token < 0:

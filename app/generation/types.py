@@ -85,6 +85,14 @@ class PromptRenderer(Protocol):
         ...
 
 
+class ModelLoadError(RuntimeError):
+    """A model's weights (or vocabulary) could not be loaded: the requests for it fail, the others go on."""
+
+    def __init__(self, model: str, cause: object) -> None:
+        super().__init__(f"The model '{model}' could not be loaded: {cause}")
+        self.model = model
+
+
 class ContextTooLong(ValueError):
     def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
         super().__init__(

@@ -43,17 +43,13 @@ def job_telemetry() -> dict[str, Any]:
     }
 
 
-def model_of(job: GenerationJob) -> str:
-    return str(job.response.get("model") or "unknown")
-
-
 class JobObserver:
     """Times one run of a job; `resumed` (a takeover) runs report no wait or first token: their clock started
     in another run."""
 
     def __init__(self, job: GenerationJob) -> None:
         self.job = job
-        self.model = model_of(job)
+        self.model = job.model
         queued_at = job.telemetry.get("queued_at")
         self.queued_at: float | None = float(queued_at) if isinstance(queued_at, int | float) else None
         self.resumed = False

@@ -1,17 +1,21 @@
-"""Distributed mode's queue: generation jobs on arq/Redis (job id = response id), cancel signals by pub/sub, and
-the registry of live workers (a sorted set: worker id -> when its heartbeat expires)."""
+"""Distributed mode's queue: generation jobs on arq/Redis (job id = response id), one queue per model (so a worker
+takes only jobs it can run), cancel signals by pub/sub, and the registry of live workers (sorted sets, one for
+every worker and one per model: worker id -> when its heartbeat expires)."""
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
 
 from app.config import Settings
-from app.queue.base import GenerationJob, QueueBacklog
+from app.queue.base import GenerationJob, ModelAvailability
 from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus
 
 QUEUE_NAME = f"{KEY_PREFIX}:jobs"
@@ -24,9 +28,20 @@ GENERATE_TASK = "generate"
 REDIS_CONNECT_TIMEOUT_S = 2
 
 
+def model_queue(model: str) -> str:
+    """The queue of one model's jobs, which every worker serving that model takes from."""
+    return f"{QUEUE_NAME}:model:{model}"
+
+
 def worker_queue(worker_id: str) -> str:
-    """A worker's own queue, for jobs sent to it by affinity; it takes from the shared queue too."""
+    """A worker's own queue, for jobs sent to it by affinity (of any model it serves); it takes from its models'
+    queues too."""
     return f"{QUEUE_NAME}:{worker_id}"
+
+
+def model_workers_key(model: str) -> str:
+    """The live workers that serve `model` (as WORKERS_KEY, for every worker)."""
+    return f"{WORKERS_KEY}:model:{model}"
 
 
 def job_holder_key(response_id: str) -> str:
@@ -34,11 +49,30 @@ def job_holder_key(response_id: str) -> str:
     return f"{KEY_PREFIX}:holder:{response_id}"
 
 
-def affinity_owner_key(tenant: str, affinity_key: str) -> str:
-    """Where the worker that last ran `tenant`'s jobs with this key is named. Scoped by tenant, so that one
-    tenant's prompt_cache_key never routes to (or reveals) another's; hashed, so a key's size is bounded."""
-    digest = hashlib.sha256(f"{len(tenant)}:{tenant}:{affinity_key}".encode()).hexdigest()
+def affinity_owner_key(tenant: str, model: str, affinity_key: str) -> str:
+    """Where the worker that last ran `tenant`'s jobs of `model` with this key is named. Scoped by tenant, so
+    that one tenant's prompt_cache_key never routes to (or reveals) another's, and by model, since a prefix is
+    cached only by the model that read it; hashed, so a key's size is bounded."""
+    scope = f"{len(tenant)}:{tenant}:{len(model)}:{model}:{affinity_key}"
+    digest = hashlib.sha256(scope.encode()).hexdigest()
     return f"{KEY_PREFIX}:affinity:{digest}"
+
+
+#: Deletes a lock only while it is still the holder's (a lock that expired and was taken since stays).
+_RELEASE_LOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@asynccontextmanager
+async def exclusive(redis: ArqRedis, name: str, ttl_s: int) -> AsyncIterator[bool]:
+    """A lock across workers: yields whether this caller holds it (someone else does: False, run nothing). It
+    expires after `ttl_s`, so a worker that died holding it blocks the others that long at most."""
+    key, token = f"{KEY_PREFIX}:lock:{name}", secrets.token_hex(16)
+    held = bool(await redis.set(key, token, nx=True, ex=ttl_s))
+    try:
+        yield held
+    finally:
+        if held:
+            await redis.eval(_RELEASE_LOCK, 1, key, token)  # type: ignore[misc]
 
 
 def redis_settings(redis_url: str) -> RedisSettings:
@@ -48,17 +82,21 @@ def redis_settings(redis_url: str) -> RedisSettings:
     return settings
 
 
-async def register_worker(redis: ArqRedis, worker_id: str, ttl_s: float) -> None:
-    """Mark the worker alive for `ttl_s`, and forget workers whose registration has long expired."""
+async def register_worker(redis: ArqRedis, worker_id: str, models: Sequence[str], ttl_s: float) -> None:
+    """Mark the worker alive, serving `models`, for `ttl_s`; forget workers whose registration has long expired."""
     now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.zadd(WORKERS_KEY, {worker_id: now + ttl_s})
-        pipe.zremrangebyscore(WORKERS_KEY, "-inf", now - 3600)
+        for key in (WORKERS_KEY, *(model_workers_key(model) for model in models)):
+            pipe.zadd(key, {worker_id: now + ttl_s})
+            pipe.zremrangebyscore(key, "-inf", now - 3600)
         await pipe.execute()
 
 
-async def unregister_worker(redis: ArqRedis, worker_id: str) -> None:
-    await redis.zrem(WORKERS_KEY, worker_id)
+async def unregister_worker(redis: ArqRedis, worker_id: str, models: Sequence[str]) -> None:
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in (WORKERS_KEY, *(model_workers_key(model) for model in models)):
+            pipe.zrem(key, worker_id)
+        await pipe.execute()
 
 
 class ArqQueue:
@@ -77,16 +115,17 @@ class ArqQueue:
         await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=job.response_id, _queue_name=queue)
 
     async def _queue_for(self, job: GenerationJob) -> str:
-        """The queue of the live worker that last ran a job with this one's affinity key (its prefix cache
-        likely holds this prompt's start); else the shared queue, which every worker takes from."""
+        """The queue of the live worker that last ran a job of this model with this one's affinity key (its
+        prefix cache likely holds this prompt's start); else the model's queue, which its workers take from."""
         if job.affinity_key:
-            owner = await self.pool.get(affinity_owner_key(job.tenant, job.affinity_key))
-            if owner is not None and await self._is_alive(owner.decode()):
+            owner = await self.pool.get(affinity_owner_key(job.tenant, job.model, job.affinity_key))
+            if owner is not None and await self._is_alive(owner.decode(), job.model):
                 return worker_queue(owner.decode())
-        return QUEUE_NAME
+        return model_queue(job.model)
 
-    async def _is_alive(self, worker_id: str) -> bool:
-        expires = await self.pool.zscore(WORKERS_KEY, worker_id)
+    async def _is_alive(self, worker_id: str, model: str | None = None) -> bool:
+        key = WORKERS_KEY if model is None else model_workers_key(model)
+        expires = await self.pool.zscore(key, worker_id)
         return expires is not None and expires > time.time()
 
     async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
@@ -96,11 +135,13 @@ class ArqQueue:
         async with self.pool.pipeline(transaction=True) as pipe:
             for prefix in (job_key_prefix, in_progress_key_prefix, result_key_prefix, retry_key_prefix):
                 pipe.delete(prefix + response_id)
-            pipe.zrem(QUEUE_NAME, response_id)
+            pipe.zrem(model_queue(job.model), response_id)
             if previous_owner is not None:
                 pipe.zrem(worker_queue(previous_owner), response_id)
             await pipe.execute()
-        await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=QUEUE_NAME)
+        await self.pool.enqueue_job(
+            GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=model_queue(job.model)
+        )
 
     async def job_is_waiting(self, response_id: str) -> bool:
         # arq's job record lives from enqueue to the end of the run, whichever queue holds it.
@@ -109,9 +150,23 @@ class ArqQueue:
     async def cancel(self, response_id: str) -> None:
         await self.pool.publish(CANCEL_CHANNEL, response_id)
 
-    async def workers_alive(self) -> bool:
+    async def live_workers(self, model: str | None = None) -> int:
         """One sorted-set count, whatever the size of the keyspace."""
-        return bool(await self.pool.zcount(WORKERS_KEY, time.time(), "+inf"))
+        key = WORKERS_KEY if model is None else model_workers_key(model)
+        return int(await self.pool.zcount(key, time.time(), "+inf"))
+
+    async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
+        now = time.time()
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zcount(model_workers_key(model), now, "+inf")
+                # NOTE: the model's queue only; jobs routed to a worker's own queue (affinity) are taken at once.
+                pipe.zcard(model_queue(model))
+            replies = await pipe.execute()
+        return {
+            model: ModelAvailability(live_workers=int(workers), waiting_jobs=int(waiting))
+            for model, workers, waiting in zip(models, replies[::2], replies[1::2], strict=True)
+        }
 
     async def ping(self) -> None:
         await self.pool.ping()
@@ -122,15 +177,6 @@ class ArqQueue:
             return False
         holder = await self.pool.get(job_holder_key(response_id))
         return holder is None or await self._is_alive(holder.decode())
-
-    async def backlog(self) -> QueueBacklog:
-        # NOTE: the shared queue only; jobs routed to a worker's own queue (affinity) are few and taken at once.
-        now = time.time()
-        async with self.pool.pipeline(transaction=False) as pipe:
-            pipe.zcard(QUEUE_NAME)
-            pipe.zcount(WORKERS_KEY, now, "+inf")
-            waiting, workers = await pipe.execute()
-        return QueueBacklog(waiting_jobs=int(waiting), live_workers=int(workers))
 
     async def close(self) -> None:
         await self.pool.aclose()

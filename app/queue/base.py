@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,8 @@ class GenerationJob:
     keep_events: bool
     #: Whose request this is: the prefix cache and affinity routing never share state between tenants.
     tenant: str
+    #: The served model's id (never an alias): the queue and the weights it runs on.
+    model: str = ""
     #: Functions offered to the model, name -> namespace; their calls are read out of its text.
     functions: dict[str, str | None] = field(default_factory=dict)
     #: Which of those are custom tools (free-text input) rather than functions (JSON arguments).
@@ -63,6 +65,8 @@ class GenerationJob:
             **{
                 # A job queued before jobs carried their tenant gets a scope of its own (it shares no cache).
                 "tenant": f"job:{payload['response_id']}",
+                # A job queued before jobs named their model: the one its Response names.
+                "model": payload["response"].get("model", ""),
                 **payload,
                 "sampling": SamplingParams(**payload["sampling"]),
                 "reasoning_tags": (tags[0], tags[1]) if tags else None,
@@ -71,9 +75,13 @@ class GenerationJob:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueBacklog:
-    waiting_jobs: int
+class ModelAvailability:
+    #: Processes that can run the model's jobs now (embedded mode: this one).
     live_workers: int
+    #: Embedded mode: whether its weights are in memory now (None in distributed mode: each worker's own).
+    loaded: bool | None = None
+    #: Jobs waiting for one of those workers (None in embedded mode: its runner reports its own queue).
+    waiting_jobs: int | None = None
 
 
 class GenerationRun(Protocol):
@@ -90,8 +98,8 @@ class ModelRunner(Protocol):
 
     def start(self, job: GenerationJob) -> GenerationRun: ...
 
-    def tokenize(self, text: str) -> list[int]:
-        """Text the model wrote, as tokens: a takeover appends them to the prompt to continue."""
+    async def tokenize(self, model: str, text: str) -> list[int]:
+        """Text `model` wrote, as its tokens: a takeover appends them to the prompt to continue."""
 
     def cancel(self, response_id: str) -> None: ...
 
@@ -128,7 +136,11 @@ class GenerationQueue(Protocol):
     async def job_is_waiting(self, response_id: str) -> bool:
         """The job is queued or running here (False when the queue lost it)."""
 
-    async def workers_alive(self) -> bool: ...
+    async def live_workers(self, model: str | None = None) -> int:
+        """How many workers can run `model`'s jobs now (None: any model's)."""
+
+    async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
+        """Per model: what can run its jobs now and what waits for them (/v1/models, the health routes, metrics)."""
 
     async def ping(self) -> None:
         """Raise if the queue's backing store (Redis) cannot be reached."""
@@ -136,9 +148,5 @@ class GenerationQueue(Protocol):
     async def job_alive(self, response_id: str) -> bool:
         """Whether the job is still queued or held by a live worker: False once nothing can produce its events
         (its worker died, or it was lost with Redis). How a `store: false` stream learns that it will not end."""
-
-    async def backlog(self) -> QueueBacklog | None:
-        """Jobs waiting for a worker and workers alive, for the metrics; None where the model runs in this process
-        (its runner reports what waits for a sequence)."""
 
     async def close(self) -> None: ...

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.ids import new_id
-from app.queue.base import GenerationJob, ModelRunner, QueueBacklog
+from app.queue.base import GenerationJob, ModelAvailability, ModelRunner
 from app.queue.memory_bus import MemoryBus
+from app.queue.model_pool import ModelPool
 from app.services.execution import DEFAULT_LEASE_S, execute_job
 
 
@@ -41,17 +43,19 @@ class InProcessQueue:
     async def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)
 
-    async def workers_alive(self) -> bool:
-        return True
+    async def live_workers(self, model: str | None = None) -> int:
+        return 1
+
+    async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
+        """This process runs every model; a pool says which are in memory now."""
+        loaded = self.runner.loaded() if isinstance(self.runner, ModelPool) else None
+        return {model: ModelAvailability(1, None if loaded is None else model in loaded) for model in models}
 
     async def ping(self) -> None:
         return None
 
     async def job_alive(self, response_id: str) -> bool:
         return response_id in self._tasks
-
-    async def backlog(self) -> QueueBacklog | None:
-        return None
 
     async def close(self) -> None:
         for task in list(self._tasks.values()):

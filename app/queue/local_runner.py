@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.types import Finish, GenerationFailed, GenerationOutput
-from app.observability.generation import model_of, report_sequences
+from app.observability.generation import report_sequences
 from app.queue.base import GenerationJob
 
 
@@ -52,7 +52,7 @@ class LocalRunner:
         self._runs: dict[str, LocalRun] = {}
 
     def start(self, job: GenerationJob) -> LocalRun:
-        model = model_of(job)
+        model = job.model
 
         def done() -> None:
             self._runs.pop(job.response_id, None)
@@ -67,7 +67,7 @@ class LocalRunner:
         engine = self.engine
         report_sequences(model, running=len(self._runs), slots=engine.slots, prefix_cache_bytes=engine.cached_bytes)
 
-    def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, model: str, text: str) -> list[int]:
         return self.engine.tokenize(text)
 
     def cancel(self, response_id: str) -> None:

@@ -1,4 +1,4 @@
-"""`llama-responses check`: whether this configuration can run (settings, model, database schema, Redis), and for
+"""`llama-responses check`: whether this configuration can run (settings, models, database schema, Redis), and for
 each thing that is wrong, how to fix it."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import redis.asyncio as redis
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from app.config import ModelNotFoundError, Settings
+from app.config import Settings
 from app.db.migrations import current_revision, head_revision
 from app.db.session import create_engine
+from app.model_registry.loading import load_registry
+from app.model_registry.spec import ModelConfigError
 from app.queue.arq_backend import WORKERS_KEY
 
 #: A check that waits longer than this on a server reports it unreachable.
@@ -43,13 +45,19 @@ def load_settings() -> tuple[Settings | None, Finding]:
     return settings, Finding("settings", True, f"{mode}, {keys}")
 
 
-def check_model(settings: Settings) -> Finding:
+def check_models(settings: Settings) -> Finding:
     try:
-        path = settings.resolved_model_path
-    except ModelNotFoundError as error:
-        detail, _, fix = str(error).partition(": ")
-        return Finding("model", False, detail, fix or None)
-    return Finding("model", True, f"{path} ({path.stat().st_size / 2**20:.0f} MiB)")
+        registry = load_registry(settings)
+    except ModelConfigError as error:
+        return Finding(
+            "models",
+            False,
+            str(error),
+            "correct RESPONSES_MODELS_FILE, RESPONSES_MODELS, RESPONSES_MODELS_DIR or RESPONSES_MODEL_PATH "
+            "(README: Models)",
+        )
+    served = ", ".join(f"{spec.id} ({spec.path.stat().st_size / 2**20:.0f} MiB)" for spec in registry)
+    return Finding("models", True, f"{served}; default {registry.default.id}")
 
 
 def _safe_url(url: str) -> str:
@@ -106,7 +114,7 @@ async def check_redis(settings: Settings) -> Finding:
 
 
 async def run_checks(settings: Settings) -> list[Finding]:
-    return [check_model(settings), await check_database(settings), await check_redis(settings)]
+    return [check_models(settings), await check_database(settings), await check_redis(settings)]
 
 
 def report(findings: list[Finding]) -> str:

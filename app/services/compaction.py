@@ -14,6 +14,7 @@ from app.errors import InvalidRequest, ServerError
 from app.generation.prompt import COMPACTION_SUMMARY, ChatMessage, Turn, build_context, is_user_message
 from app.generation.types import ContextTooLong, SamplingParams
 from app.ids import new_id
+from app.model_registry.spec import ModelSpec
 from app.queue.base import GenerationJob
 from app.runtime import Runtime
 from app.schemas.compaction import COMPACT_NOT_IMPLEMENTED, CompactedResponse, CompactRequest
@@ -23,6 +24,7 @@ from app.services.compaction_items import compaction_item, open_compactions, ope
 from app.services.context import load_history
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
+from app.services.models import renderer_for
 from app.services.validation import resolve_model
 
 COMPACTION_REQUEST = (
@@ -46,15 +48,16 @@ async def summarize(
     system: ChatMessage | None,
     messages: Sequence[ChatMessage],
     template_options: Mapping[str, Any] | None,
-    model: str,
+    model: ModelSpec,
     tenant: str,
     affinity_key: str | None,
 ) -> Summary:
     """Ask the model for a summary of `messages`; the prompt starts as the context did, so its prefix is
     reused, and ends with the request to summarise. The oldest messages go if it does not fit."""
+    renderer = await renderer_for(runtime, model)
     try:
         prompt = await asyncio.to_thread(
-            runtime.tokenizer.render_within_context,
+            renderer.render_within_context,
             system,
             [*messages, ChatMessage("user", COMPACTION_REQUEST)],
             truncate=True,
@@ -67,7 +70,7 @@ async def summarize(
         id=new_id("resp"),
         created_at=int(time.time()),
         status="queued",
-        model=model,
+        model=model.id,
         store=False,
         temperature=0.0,
         max_output_tokens=max_output_tokens,
@@ -80,6 +83,7 @@ async def summarize(
         store=False,
         keep_events=False,
         tenant=tenant,
+        model=model.id,
         affinity_key=affinity_key or snapshot.id,
     )
     final = await submission.generate_unstored(runtime, job)
@@ -116,7 +120,7 @@ def _check_supported(request: CompactRequest) -> None:
 async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> CompactedResponse:
     """POST /v1/responses/compact: the context's user messages, then one compaction item for the rest."""
     _check_supported(request)
-    model = resolve_model(request.model, runtime.settings, runtime.model_id)
+    model = resolve_model(request.model, runtime.models, runtime.settings)
     items = normalize_input(request.input) if request.input is not None else []
     await resolve_references(runtime, items, tenant, param="input")
     history: list[Turn] = []
@@ -130,7 +134,7 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
         instructions=request.instructions,
         history=readable_history,
         new_items=readable_items,
-        reasoning_tags=runtime.tokenizer.reasoning_tags,
+        reasoning_tags=(await renderer_for(runtime, model)).reasoning_tags,
     )
     if not messages:
         raise InvalidRequest("There is nothing to compact.", param="input", code="invalid_value")
@@ -145,7 +149,7 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
     )
     context = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + items
     kept: list[Any] = [item for item in context if is_user_message(item)]
-    output = [*kept, compaction_item(runtime.sealer, tenant, summary.text, model=model)]
+    output = [*kept, compaction_item(runtime.sealer, tenant, summary.text, model=model.id)]
     return CompactedResponse.model_validate(
         {
             "id": new_id("resp"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,10 +18,11 @@ from app.schemas.conversations import (
     DeletedConversation,
 )
 from app.schemas.items import InputItem, Item
+from app.schemas.paging import PageRequest
 from app.services.compaction_items import check_compactions
 from app.services.context import conversation_not_found
 from app.services.includes import with_includes
-from app.services.input_items import STORED_ITEM, check_page_limit, item_page
+from app.services.input_items import STORED_ITEM, item_page
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
 
@@ -101,25 +102,22 @@ async def list_items(
     session: AsyncSession,
     conversation_id: str,
     tenant: str,
+    page: PageRequest,
     *,
-    limit: int,
-    order: Literal["asc", "desc"],
-    after: str | None,
     includes: frozenset[str] = frozenset(),
 ) -> ConversationItemList:
-    check_page_limit(limit)
     await _owned(session, conversation_id, tenant)
     after_position = None
-    if after is not None:
-        after_position = await repository.find_item_position(session, conversation_id, after)
+    if page.after is not None:
+        after_position = await repository.find_item_position(session, conversation_id, page.after)
         if after_position is None:
             raise InvalidRequest(
-                f"Invalid 'after': no item '{after}' in conversation '{conversation_id}'.",
+                f"Invalid 'after': no item '{page.after}' in conversation '{conversation_id}'.",
                 param="after",
                 code="invalid_value",
             )
     rows, has_more = await repository.page_items(
-        session, conversation_id, limit=limit, order=order, after_position=after_position
+        session, conversation_id, limit=page.limit, order=page.order, after_position=after_position
     )
     return item_page(ConversationItemList, rows, has_more, includes)
 

@@ -25,7 +25,13 @@ async def _queue(runtime: Runtime) -> bool:
 
 
 async def _workers(runtime: Runtime) -> bool:
-    return await runtime.queue.workers_alive()
+    return await runtime.queue.live_workers() > 0
+
+
+async def _models(runtime: Runtime) -> dict[str, Any]:
+    """Per served model: how many live workers serve it."""
+    availability = await runtime.queue.availability(runtime.models.ids)
+    return {model: state.live_workers for model, state in availability.items()}
 
 
 async def _check(runtime: Runtime, name: str, check: Callable[[Runtime], Awaitable[bool]]) -> dict[str, Any]:
@@ -46,11 +52,25 @@ async def readiness(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
     for name, check in (("database", _database), ("queue", _queue), ("workers", _workers)):
         checks.update(await _check(runtime, name, check))
     ready = bool(checks["database"] and checks["queue"])
-    return ready, {"status": "ready" if ready else "not ready", "checks": checks}
+    body: dict[str, Any] = {"status": "ready" if ready else "not ready", "checks": checks}
+    try:
+        body["model_workers"] = await asyncio.wait_for(_models(runtime), READY_CHECK_TIMEOUT_S)
+    except Exception as error:
+        body["model_workers_error"] = str(error) or type(error).__name__
+    return ready, body
 
 
 async def worker_availability(runtime: Runtime) -> tuple[bool, dict[str, Any]]:
-    """Whether a worker can take a foreground generation now (always, in embedded mode), per served model."""
-    checked = await _check(runtime, "workers", _workers)
-    available = bool(checked["workers"])
-    return available, {"status": "available" if available else "unavailable", "models": {runtime.model_id: checked}}
+    """Whether a worker can take a foreground generation now (always, in embedded mode), per served model:
+    available when every model has one."""
+    try:
+        availability = await asyncio.wait_for(runtime.queue.availability(runtime.models.ids), READY_CHECK_TIMEOUT_S)
+    except Exception as error:
+        failed = {"workers": False, "workers_error": str(error) or type(error).__name__}
+        return False, {"status": "unavailable", "models": {model: failed for model in runtime.models.ids}}
+    models = {
+        model: {"workers": state.live_workers > 0, "live_workers": state.live_workers}
+        for model, state in availability.items()
+    }
+    available = all(model["workers"] for model in models.values())
+    return available, {"status": "available" if available else "unavailable", "models": models}

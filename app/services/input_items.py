@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -10,10 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.schemas.items import Item, ItemList
+from app.schemas.paging import PageRequest
 from app.schemas.responses import InputItemList
 from app.services.includes import with_includes
 
-MAX_PAGE_LIMIT = 100
 STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
 PageT = TypeVar("PageT", bound=ItemList)
 
@@ -29,38 +29,26 @@ def item_page(page_type: type[PageT], rows: list[dict[str, Any]], has_more: bool
     )
 
 
-def check_page_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise InvalidRequest(
-            f"Invalid 'limit': {limit}. It must be between 1 and {MAX_PAGE_LIMIT}.",
-            param="limit",
-            code="invalid_value",
-        )
-
-
 async def list_input_items(
     session: AsyncSession,
     response_id: str,
     tenant: str,
+    page: PageRequest,
     *,
-    limit: int,
-    order: Literal["asc", "desc"],
-    after: str | None,
     includes: frozenset[str] = frozenset(),
 ) -> InputItemList:
-    check_page_limit(limit)
     if await repository.get_response(session, response_id, tenant) is None:
         raise response_not_found(response_id)
     after_position = None
-    if after is not None:
-        after_position = await repository.find_item_position(session, response_id, after)
+    if page.after is not None:
+        after_position = await repository.find_item_position(session, response_id, page.after)
         if after_position is None:
             raise InvalidRequest(
-                f"Invalid 'after': no input item '{after}' in response '{response_id}'.",
+                f"Invalid 'after': no input item '{page.after}' in response '{response_id}'.",
                 param="after",
                 code="invalid_value",
             )
     rows, has_more = await repository.page_input_items(
-        session, response_id, limit=limit, order=order, after_position=after_position
+        session, response_id, limit=page.limit, order=page.order, after_position=after_position
     )
     return item_page(InputItemList, rows, has_more, includes)

@@ -13,15 +13,17 @@ logger = logging.getLogger(__name__)
 async def render_metrics(runtime: Runtime) -> tuple[bytes, str]:
     """(body, content type). A queue that cannot be read leaves its gauges as they were: metrics matter most
     during an outage, so the scrape still answers."""
+    if runtime.settings.embedded:  # this process generates, and its runner reports its own queue
+        WORKERS.set(1)
+        return exposition()
     try:
-        backlog = await runtime.queue.backlog()
+        availability = await runtime.queue.availability(runtime.models.ids)
+        workers = await runtime.queue.live_workers()
     except Exception as error:
         REDIS_ERRORS.inc()
         logger.warning("could not read the queue's backlog for /metrics (%s)", error)
     else:
-        if backlog is None:  # embedded: this process generates, and its runner reports its own queue
-            WORKERS.set(1)
-        else:
-            WORKERS.set(backlog.live_workers)
-            QUEUE_DEPTH.labels(runtime.model_id).set(backlog.waiting_jobs)
+        WORKERS.set(workers)
+        for model, state in availability.items():
+            QUEUE_DEPTH.labels(model).set(state.waiting_jobs or 0)
     return exposition()

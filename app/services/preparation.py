@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.config import Settings
+from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.prompt import ChatMessage, Turn, build_context
 from app.generation.tool_calls import FunctionSpec, template_tool
-from app.generation.types import ContextTooLong, SamplingParams
+from app.generation.types import ContextTooLong, PromptRenderer, SamplingParams
 from app.ids import new_id
+from app.model_registry.spec import ModelSpec
 from app.observability import tracing
 from app.queue.base import GenerationJob
 from app.runtime import Runtime
@@ -37,6 +39,7 @@ from app.services.context import (
 )
 from app.services.input_normalization import normalize_input
 from app.services.item_references import resolve_references
+from app.services.models import renderer_for
 from app.services.tools import ToolSetup, echoed_tools, resolve_tools
 from app.services.validation import resolve_model
 
@@ -46,11 +49,12 @@ DEFAULT_TOP_P = 1.0
 HEAVY_PROMPT_CHARS = 64 * 1024
 
 
-def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponseParams:
-    """The request's parameters, with the deployment's defaults where it gives none."""
+def _params_of(request: CreateResponseRequest, settings: Settings, model: ModelSpec) -> ResponseParams:
+    """The request's parameters, with the model's defaults (else the deployment's) where it gives none."""
+    temperature = model.temperature if model.temperature is not None else settings.default_temperature
     return ResponseParams(
         instructions=request.instructions,
-        max_output_tokens=request.max_output_tokens or settings.default_max_output_tokens,
+        max_output_tokens=request.max_output_tokens or model.max_output_tokens or settings.default_max_output_tokens,
         max_tool_calls=request.max_tool_calls,
         metadata=request.metadata or {},
         parallel_tool_calls=request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
@@ -63,8 +67,8 @@ def _params_of(request: CreateResponseRequest, settings: Settings) -> ResponsePa
         store=request.store is not False,
         background=bool(request.background),
         conversation=ConversationRef(id=conversation_id_of(request)) if request.conversation is not None else None,
-        temperature=request.temperature if request.temperature is not None else settings.default_temperature,
-        top_p=request.top_p if request.top_p is not None else DEFAULT_TOP_P,
+        temperature=request.temperature if request.temperature is not None else temperature,
+        top_p=request.top_p if request.top_p is not None else (model.top_p or DEFAULT_TOP_P),
         text=_text_of(request),
         tool_choice=request.tool_choice or "auto",
         tools=echoed_tools(request.tools or []),
@@ -94,12 +98,12 @@ def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
         raise InvalidRequest(str(error), param="text.format.schema", code="invalid_json_schema") from None
 
 
-async def _output_grammar(runtime: Runtime, tools: ToolSetup, text_format: dict[str, Any] | None) -> str | None:
+async def _output_grammar(renderer: PromptRenderer, tools: ToolSetup, text_format: dict[str, Any] | None) -> str | None:
     """The grammar the generation samples with, built off the event loop (a big schema takes a while), and
     test-built with llama.cpp here: one that it still refuses is a 400, not a failed response."""
     param = "tools" if tools.grammar else "text.format.schema"
     grammar = tools.grammar or await asyncio.to_thread(_grammar_for, text_format)
-    if grammar is not None and not await asyncio.to_thread(runtime.tokenizer.grammar_builds, grammar):
+    if grammar is not None and not await asyncio.to_thread(renderer.grammar_builds, grammar):
         raise InvalidRequest(
             "llama.cpp cannot build the grammar that this schema needs; simplify the schema.",
             param=param,
@@ -112,8 +116,9 @@ async def _output_grammar(runtime: Runtime, tools: ToolSetup, text_format: dict[
 class RenderedContext:
     """A request's context as the model reads it, and what it was built from."""
 
-    #: The served model the request resolved to.
-    model: str
+    #: The served model the request resolved to, and its renderer (its vocabulary and chat template).
+    model: ModelSpec
+    renderer: PromptRenderer
     prompt: list[int]
     #: The request's own input items, normalised (each with an id, references resolved).
     items: list[dict[str, Any]]
@@ -139,8 +144,11 @@ class PreparedResponse:
         job: GenerationJob,
         stream: bool,
         context: RenderedContext,
+        created: datetime,
     ) -> None:
         self.response = response
+        #: When it was created, to the microsecond (the Response says the second): lists order by it.
+        self.created = created
         self.job = job
         self.stream = stream
         self.context = context
@@ -216,6 +224,7 @@ def _check_prompt_size(system: ChatMessage | None, conversation: list[ChatMessag
 
 async def _render(
     runtime: Runtime,
+    renderer: PromptRenderer,
     system: ChatMessage | None,
     messages: list[ChatMessage],
     *,
@@ -229,7 +238,7 @@ async def _render(
     with tracing.span("render prompt", {"llama_responses.prompt_chars": chars}):
         async with turns:
             return await asyncio.to_thread(
-                runtime.tokenizer.render_within_context,
+                renderer.render_within_context,
                 system,
                 messages,
                 truncate=truncate,
@@ -246,7 +255,8 @@ async def _prompt_of(
     *,
     compacted: Callable[[dict[str, Any]], tuple[ChatMessage | None, list[ChatMessage]]],
     template_options: dict[str, Any] | None,
-    model: str,
+    model: ModelSpec,
+    renderer: PromptRenderer,
     affinity_key: str | None,
 ) -> tuple[list[int], list[dict[str, Any]]]:
     """The prompt tokens, and the output items that lead the response (a compaction item, when the context
@@ -254,13 +264,15 @@ async def _prompt_of(
     context that the summary replaces it with)."""
     truncate = request.truncation == "auto"
     threshold = (
-        compaction.compaction_threshold(request.context_management[0].compact_threshold, runtime.tokenizer.n_ctx)
+        compaction.compaction_threshold(request.context_management[0].compact_threshold, renderer.n_ctx)
         if request.context_management
         else None
     )
     prompt: list[int] | None = None
     try:
-        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+        prompt = await _render(
+            runtime, renderer, system, conversation, truncate=truncate, template_options=template_options
+        )
     except ContextTooLong as error:
         if threshold is None:
             raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
@@ -275,10 +287,12 @@ async def _prompt_of(
         tenant=tenant,
         affinity_key=affinity_key,
     )
-    item = compaction_item(runtime.sealer, tenant, summary.text, model=model)
+    item = compaction_item(runtime.sealer, tenant, summary.text, model=model.id)
     system, conversation = compacted(compaction.summary_as_read(item, summary.text))
     try:
-        prompt = await _render(runtime, system, conversation, truncate=truncate, template_options=template_options)
+        prompt = await _render(
+            runtime, renderer, system, conversation, truncate=truncate, template_options=template_options
+        )
     except ContextTooLong as error:
         raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
     return prompt, [item]
@@ -289,7 +303,9 @@ async def render_context(
 ) -> RenderedContext:
     """Tools, input, history -> the prompt tokens (after an automatic compaction, when the request asks for one
     and the context passes its threshold). `connection`: see `_Context.load`."""
-    model = resolve_model(request.model, runtime.settings, runtime.model_id)
+    model = resolve_model(request.model, runtime.models, runtime.settings)
+    # A chain may switch models between turns: each turn is rendered with its own model's template.
+    renderer = await renderer_for(runtime, model)
     # Off the event loop: a forced call converts every tool's schema to a grammar.
     tools = await asyncio.to_thread(
         resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools
@@ -300,9 +316,9 @@ async def render_context(
     await context.load(runtime, request, tenant, connection)
     check_call_outputs(context.history, items)
     history, readable_items = context.readable(runtime, tenant, items)
-    reasoning_tags = runtime.tokenizer.reasoning_tags
+    reasoning_tags = renderer.reasoning_tags
     # A template with tool support shows the tools its own way; otherwise the system prompt offers them.
-    native_tools = runtime.tokenizer.supports_tools and bool(tools.functions)
+    native_tools = renderer.supports_tools and bool(tools.functions)
     offered: list[FunctionSpec] = [] if native_tools else tools.functions
 
     def context_of(new_items: list[dict[str, Any]]) -> tuple[ChatMessage | None, list[ChatMessage]]:
@@ -338,10 +354,12 @@ async def render_context(
         compacted=lambda summary_item: context_of([*readable_items, summary_item]),
         template_options=template_options or None,
         model=model,
+        renderer=renderer,
         affinity_key=affinity_key,
     )
     return RenderedContext(
         model=model,
+        renderer=renderer,
         prompt=prompt,
         items=items,
         tools=tools,
@@ -361,14 +379,15 @@ async def prepare_response(
     _check_combination(request)
     context = await render_context(request, tenant, runtime, connection=connection)
     tools = context.tools
-    params = _params_of(request, runtime.settings)
-    grammar = await _output_grammar(runtime, tools, params.text.get("format"))
+    params = _params_of(request, runtime.settings, context.model)
+    grammar = await _output_grammar(context.renderer, tools, params.text.get("format"))
+    created = utc_now()
     response = ResponseObject(
         **params.model_dump(),
         id=new_id("resp"),
-        created_at=int(time.time()),
+        created_at=int(created.timestamp()),
         status="queued",
-        model=context.model,
+        model=context.model.id,
         previous_response_id=request.previous_response_id,
     )
     job = GenerationJob(
@@ -388,6 +407,7 @@ async def prepare_response(
         keep_events=params.background and bool(request.stream),
         announced=params.background and bool(request.stream),
         tenant=tenant,
+        model=context.model.id,
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=context.reasoning_tags,
@@ -398,4 +418,4 @@ async def prepare_response(
         conversation_input=context.items if context.conversation else [],
         leading_items=context.leading,
     )
-    return PreparedResponse(response, job, stream=bool(request.stream), context=context)
+    return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)

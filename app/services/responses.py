@@ -60,3 +60,20 @@ async def delete_response(runtime: Runtime, response_id: str, tenant: str) -> De
         if not await repository.delete_response(session, response_id, tenant):
             raise response_not_found(response_id)
     return DeletedResponse(id=response_id)
+
+
+async def delete_finished_response(session: AsyncSession, response_id: str, tenant: str) -> DeletedResponse:
+    """Delete a response that has ended, where no generation can be stopped (the operator CLI): a 400 while it
+    is still queued or generating."""
+    row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    if row.status not in TERMINAL_STATUSES:
+        raise InvalidRequest(
+            f"Response '{response_id}' is still {row.status}: cancel it (POST /v1/responses/{response_id}/cancel) "
+            "or wait until it ends, then delete it.",
+            param="response_id",
+            code="response_in_progress",
+        )
+    await repository.delete_response(session, response_id, tenant)
+    return DeletedResponse(id=response_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -37,7 +36,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         params=ResponseParams.model_validate(response.model_dump()).model_dump(mode="json"),
         output=[],
         job=prepared.job.to_payload(),
-        created_at=datetime.fromtimestamp(response.created_at, UTC),
+        created_at=prepared.created,
     )
     async with runtime.sessionmaker() as session, session.begin():
         await repository.insert_response(session, row, prepared.items)
@@ -70,16 +69,20 @@ async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: 
         raise
 
 
-async def _require_worker(runtime: Runtime) -> None:
+async def _require_worker(runtime: Runtime, model: str) -> None:
     # A background job may wait in the queue for a worker; a client holding a connection should not.
-    if not await runtime.queue.workers_alive():
-        raise ServiceUnavailable("No worker is available to generate this response.", code="no_workers")
+    if not await runtime.queue.live_workers(model):
+        raise ServiceUnavailable(
+            f"No worker serving the model '{model}' is available to generate this response.",
+            param="model",
+            code="no_workers",
+        )
 
 
 async def open_stream(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> AsyncIterator[dict[str, Any]]:
     """Subscribe, store and enqueue (before the first event, so faults are plain HTTP errors), then relay."""
     if not prepared.response.background:
-        await _require_worker(runtime)
+        await _require_worker(runtime, prepared.job.model)
     subscription = await runtime.queue.bus.subscribe(prepared.response.id)
     try:
         await submit_response(runtime, prepared, tenant)
@@ -122,7 +125,7 @@ async def create_response(runtime: Runtime, prepared: PreparedResponse, tenant: 
 async def generate_unstored(runtime: Runtime, job: GenerationJob) -> ResponseObject:
     """A job that keeps nothing (a compaction's summary), on the normal path: enqueued, run where the model is,
     its events relayed here until the end."""
-    await _require_worker(runtime)
+    await _require_worker(runtime, job.model)
     subscription: Subscription = await runtime.queue.bus.subscribe(job.response_id)
     try:
         await runtime.queue.enqueue(job)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
 from app.errors import InvalidRequest, RequestTooLarge, validation_error
+from app.model_registry.spec import ModelRegistry, ModelSpec
 from app.schemas.requests import COUNT_FIELDS, KNOWN_FIELDS, NOT_IMPLEMENTED_FIELDS, CreateResponseRequest
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -183,11 +184,14 @@ def check_supported(request: CreateResponseRequest) -> None:
             raise _not_supported(field, f"'{field}'")
 
 
-def resolve_model(requested: str | None, settings: Settings, served: str) -> str:
-    if requested is None or requested == served or settings.map_unknown_models:
-        return served
-    raise InvalidRequest(
-        f"The model '{requested}' does not exist on this server; it serves '{served}'.",
-        param="model",
-        code="model_not_found",
-    )
+def resolve_model(requested: str | None, registry: ModelRegistry, settings: Settings) -> ModelSpec:
+    """The served model a request names (by id or alias); none named: the default one."""
+    if requested is None:
+        return registry.default
+    spec = registry.get(requested)
+    if spec is not None:
+        return spec
+    if settings.map_unknown_models:
+        return registry.default
+    # The hosted Responses API's answer to an unknown model (a 400, where GET /v1/models/{id} is a 404).
+    raise InvalidRequest(f"The requested model '{requested}' does not exist.", param="model", code="model_not_found")

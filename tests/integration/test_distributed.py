@@ -19,7 +19,7 @@ from openai.types.responses.response_input_item_param import ItemReference
 from app.api.deps import OPEN_TENANT
 from app.config import Settings
 from app.generation.types import SamplingParams
-from app.queue.arq_backend import QUEUE_NAME, ArqQueue, affinity_owner_key, register_worker, worker_queue
+from app.queue.arq_backend import ArqQueue, affinity_owner_key, model_queue, register_worker, worker_queue
 from app.queue.base import GenerationJob
 from tests.fixtures.databases import count_responses, fresh_postgres_database
 from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
@@ -231,7 +231,7 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
                 assert time.monotonic() < deadline, "the workers did not come up"
                 time.sleep(0.2)
             first = a.responses.create(model=model, input="Name a fruit.", temperature=0, max_output_tokens=16)
-            owner = connection.get(affinity_owner_key(OPEN_TENANT, first.id))
+            owner = connection.get(affinity_owner_key(OPEN_TENANT, model, first.id))
             assert owner is not None and connection.zscore("llama-responses:workers", owner.decode()) is not None
         # A long job of the same chain goes to the owner and occupies it...
         busy = b.responses.create(
@@ -265,15 +265,17 @@ async def test_affinity_never_sends_a_job_where_another_tenants_key_points() -> 
     queue = await ArqQueue.connect(Settings(redis_url=private.url, _env_file=None))
     sampling = SamplingParams(temperature=0.0, top_p=1.0, max_output_tokens=16)
     try:
-        await register_worker(queue.pool, "worker_alpha", 60)
-        await queue.pool.set(affinity_owner_key("key:alpha", "shared"), "worker_alpha", ex=60)
+        await register_worker(queue.pool, "worker_alpha", ["m"], 60)
+        await queue.pool.set(affinity_owner_key("key:alpha", "m", "shared"), "worker_alpha", ex=60)
         for tenant in ("key:alpha", "key:beta"):
             job_id = f"resp_{tenant[4:]}"
-            job = GenerationJob(job_id, [1], sampling, {}, False, False, tenant=tenant, affinity_key="shared")
+            job = GenerationJob(
+                job_id, [1], sampling, {}, False, False, tenant=tenant, model="m", affinity_key="shared"
+            )
             await queue.enqueue(job)
         assert await queue.pool.zscore(worker_queue("worker_alpha"), "resp_alpha") is not None
         assert await queue.pool.zscore(worker_queue("worker_alpha"), "resp_beta") is None
-        assert await queue.pool.zscore(QUEUE_NAME, "resp_beta") is not None
+        assert await queue.pool.zscore(model_queue("m"), "resp_beta") is not None
     finally:
         await queue.close()
         private.stop()
@@ -295,7 +297,7 @@ def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> Non
         # The conversation is the affinity key: each turn goes back to the worker holding its prefix.
         assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens
     with redis.Redis.from_url(cluster.redis_url) as connection:
-        assert connection.get(affinity_owner_key(OPEN_TENANT, conversation.id)) is not None
+        assert connection.get(affinity_owner_key(OPEN_TENANT, model, conversation.id)) is not None
     items = list(b.conversations.items.list(conversation.id, order="asc"))
     assert len(items) == 7 and items[-1].id == turns[-1].output[0].id
 

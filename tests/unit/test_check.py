@@ -55,7 +55,7 @@ def test_unreachable_servers_and_a_missing_model_are_problems_with_fixes(
     monkeypatch.setenv("RESPONSES_MODEL_PATH", str(tmp_path / "missing.gguf"))
     code, out = run_check(capsys)
     assert code == 1
-    assert "PROBLEM  model" in out and "fix: set RESPONSES_MODEL_PATH" in out
+    assert "PROBLEM  models" in out and "missing.gguf" in out and "RESPONSES_MODEL_PATH" in out
     assert "PROBLEM  database  cannot reach" in out and "fix: check RESPONSES_DATABASE_URL" in out
     assert "PROBLEM  redis     cannot reach" in out and "fix: check RESPONSES_REDIS_URL" in out
     assert "hunter2" not in out  # the password never printed

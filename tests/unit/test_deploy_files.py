@@ -11,6 +11,7 @@ import yaml
 
 from app.cli import build_parser
 from app.config import Settings
+from app.model_registry.loading import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
@@ -19,7 +20,21 @@ SETTINGS = {f"RESPONSES_{name.upper()}" for name in Settings.model_fields}
 
 def check_container(command: list[str], env_names: set[str]) -> None:
     assert command[0] == "llama-responses" and command[1] in SUBCOMMANDS, command
+    build_parser().parse_args(command[1:])  # its options exist
     assert env_names <= SETTINGS, env_names - SETTINGS
+
+
+def test_the_models_file_example_declares_what_the_readme_says(tmp_path: Path) -> None:
+    example = (ROOT / "deploy/models.example.toml").read_text()
+    for name in ("SmolLM2-135M-Instruct.Q4_1.gguf", "Qwen3-8B-Q4_K_M.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+        example = example.replace(f"/models/{name}", name)
+    (tmp_path / "models.toml").write_text(example)
+    registry = load_registry(Settings(models_file=tmp_path / "models.toml", _env_file=None))
+    assert registry.ids == ["small", "big"] and registry.default.id == "small"
+    assert registry.aliases == {"gpt-4o-mini": "small", "gpt-4o": "big"}
+    big = registry.get("gpt-4o")
+    assert big is not None and big.n_gpu_layers == -1 and big.reasoning_tags == "<think>,</think>"
 
 
 def test_compose_services_run_our_cli_with_real_settings() -> None:

@@ -93,7 +93,7 @@ async def test_no_422_and_the_real_errors_with_their_body(client: httpx.AsyncCli
         if path.startswith("/v1/"):
             assert {"400", "429"} <= statuses, (method, path)
             assert ("413" in statuses) == ("requestBody" in operation), (method, path)
-            assert ("503" in statuses) == (path != "/v1/models"), (method, path)
+            assert "503" in statuses, (method, path)  # /v1/models asks the queue which workers serve what
         if "{" in path:
             assert "404" in statuses, (method, path)
         # An open server asks for no key: no 401 and no scheme.

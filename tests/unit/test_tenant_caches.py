@@ -28,7 +28,7 @@ async def test_every_job_carries_its_tenant(
     # Both asked with the same prompt_cache_key; the key that routes them is not the same.
     first, second = runner.jobs[0], runner.jobs[1]
     assert first.affinity_key == second.affinity_key == "shared"
-    assert affinity_owner_key(first.tenant, "shared") != affinity_owner_key(second.tenant, "shared")
+    assert affinity_owner_key(first.tenant, "m", "shared") != affinity_owner_key(second.tenant, "m", "shared")
 
 
 async def test_an_open_server_is_one_tenant(client: httpx.AsyncClient, runner: FakeRunner) -> None:
@@ -38,11 +38,14 @@ async def test_an_open_server_is_one_tenant(client: httpx.AsyncClient, runner: F
 
 
 def test_affinity_owner_keys_are_scoped_and_bounded() -> None:
-    assert affinity_owner_key("key:a", "k") == affinity_owner_key("key:a", "k")
-    assert affinity_owner_key("key:a", "k") != affinity_owner_key("key:b", "k")
+    assert affinity_owner_key("key:a", "m", "k") == affinity_owner_key("key:a", "m", "k")
+    assert affinity_owner_key("key:a", "m", "k") != affinity_owner_key("key:b", "m", "k")
+    # A prefix is cached by the model that read it: another model's jobs never follow it.
+    assert affinity_owner_key("key:a", "m", "k") != affinity_owner_key("key:a", "n", "k")
     # No way to make one tenant's key collide with another's by choosing the key's text.
-    assert affinity_owner_key("key:a", "b:k") != affinity_owner_key("key:a:b", "k")
-    assert len(affinity_owner_key(OPEN_TENANT, "x" * 100_000)) < 100
+    assert affinity_owner_key("key:a", "m", "b:k") != affinity_owner_key("key:a:b", "m", "k")
+    assert affinity_owner_key("key:a", "m:b", "k") != affinity_owner_key("key:a", "m", "b:k")
+    assert len(affinity_owner_key(OPEN_TENANT, "m", "x" * 100_000)) < 100
 
 
 def test_a_job_queued_before_jobs_carried_a_tenant_shares_no_cache() -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api.deps import IncludesDep, RuntimeDep, SessionDep, TenantDep
 from app.api.openapi import errors, json_body
+from app.api.paging import PageDep
 from app.schemas.conversations import (
     ConversationCreateRequest,
     ConversationItemList,
@@ -70,13 +69,9 @@ async def list_items(
     session: SessionDep,
     tenant: TenantDep,
     includes: IncludesDep,
-    limit: int = 20,
-    order: Literal["asc", "desc"] = "desc",
-    after: str | None = None,
+    page: PageDep,
 ) -> ConversationItemList:
-    return await service.list_items(
-        session, conversation_id, tenant, limit=limit, order=order, after=after, includes=includes
-    )
+    return await service.list_items(session, conversation_id, tenant, page, includes=includes)
 
 
 @router.get("/conversations/{conversation_id}/items/{item_id}", response_model=None, responses=errors(404))

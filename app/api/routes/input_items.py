@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter
 
 from app.api.deps import IncludesDep, SessionDep, TenantDep
 from app.api.openapi import errors
+from app.api.paging import PageDep
 from app.schemas.responses import InputItemList
 from app.services.input_items import list_input_items
 
@@ -20,10 +19,6 @@ async def get_input_items(
     session: SessionDep,
     tenant: TenantDep,
     includes: IncludesDep,
-    limit: int = 20,
-    order: Literal["asc", "desc"] = "desc",
-    after: str | None = None,
+    page: PageDep,
 ) -> InputItemList:
-    return await list_input_items(
-        session, response_id, tenant, limit=limit, order=order, after=after, includes=includes
-    )
+    return await list_input_items(session, response_id, tenant, page, includes=includes)

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, delete, literal, select, update
+from sqlalchemy import ColumnElement, delete, exists, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
 from app.db.repositories.paging import page_by_position
@@ -165,3 +166,23 @@ async def prune_events(session: AsyncSession, *, ended_before: datetime, statuse
     if found:
         await session.execute(delete(ResponseEventRow).where(ResponseEventRow.response_id.in_(found)))
     return len(found)
+
+
+async def purge_expired(session: AsyncSession, *, created_before: datetime, statuses: Iterable[str], limit: int) -> int:
+    """Delete up to `limit` responses in `statuses` created before `created_before` that no stored response
+    continues (previous_response_id), with their input items, output items and events (the foreign keys
+    cascade); returns how many. Chains so go from their end: a response's ancestors outlive it."""
+    child = aliased(ResponseRow)
+    deletable = (
+        ResponseRow.status.in_(list(statuses)),
+        ResponseRow.created_at < created_before,
+        ~exists().where(child.previous_response_id == ResponseRow.id),
+    )
+    found = list((await session.execute(select(ResponseRow.id).where(*deletable).limit(limit))).scalars())
+    if not found:
+        return 0
+    # The conditions again at delete time: a response chained from one of these meanwhile keeps it.
+    query = (
+        delete(ResponseRow).where(ResponseRow.id.in_(found), *deletable).execution_options(synchronize_session=False)
+    )
+    return int(getattr(await session.execute(query), "rowcount", 0))

@@ -1,0 +1,1 @@
+"""The models a deployment serves: their declarations (spec) and how settings become a registry (loading)."""

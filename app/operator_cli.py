@@ -1,0 +1,135 @@
+"""`llama-responses responses list|show|delete` and `llama-responses prune`: an operator's look at the store,
+straight against the database through the same services (and tenant scoping) as the API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.api.deps import OPEN_TENANT, tenant_of_key
+from app.config import Settings
+from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.db.session import create_engine, create_sessionmaker
+from app.errors import ApiError
+from app.schemas.paging import MAX_PAGE_LIMIT, PageRequest
+from app.schemas.response_list import ResponseFilters
+from app.services.response_list import list_responses
+from app.services.responses import delete_finished_response, get_response
+from app.services.retention import apply_retention
+
+T = TypeVar("T")
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    responses = commands.add_parser("responses", help="list, show or delete stored responses")
+    actions = responses.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="a tenant's stored responses, newest first")
+    listing.add_argument("--status", help="only responses with this status")
+    listing.add_argument("--model", help="only responses of this model")
+    listing.add_argument("--limit", type=int, default=20, help=f"how many (1 to {MAX_PAGE_LIMIT})")
+    listing.add_argument("--after", help="the page after this response id")
+    listing.add_argument("--json", action="store_true", help="print the page as the API returns it")
+    show = actions.add_parser("show", help="one response as JSON, as GET /v1/responses/{id} returns it")
+    show.add_argument("response_id")
+    delete = actions.add_parser("delete", help="delete a finished response")
+    delete.add_argument("response_id")
+    for action in (listing, show, delete):
+        owner = action.add_mutually_exclusive_group()
+        owner.add_argument(
+            "--tenant", default=OPEN_TENANT, help=f"whose responses: a tenant id as stored (default {OPEN_TENANT!r})"
+        )
+        owner.add_argument("--api-key", help="whose responses: the tenant of this API key")
+    responses.set_defaults(run=_responses)
+    prune = commands.add_parser(
+        "prune", help="purge expired responses and old stream events now (RESPONSES_RETENTION_DAYS, ...)"
+    )
+    prune.set_defaults(run=_prune)
+
+
+def _tenant(args: argparse.Namespace) -> str:
+    return tenant_of_key(args.api_key.encode()) if args.api_key else str(args.tenant)
+
+
+def _with_database(
+    work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]], settings: Settings | None = None
+) -> T:
+    settings = settings or Settings()
+
+    async def run() -> T:
+        await prepare_database(settings)
+        engine = create_engine(settings.database_url)
+        try:
+            return await work(create_sessionmaker(engine))
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _in_session(
+    work: Callable[[AsyncSession], Awaitable[T]],
+) -> Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]]:
+    async def run(sessionmaker: async_sessionmaker[AsyncSession]) -> T:
+        async with sessionmaker() as session, session.begin():
+            return await work(session)
+
+    return run
+
+
+def _when(unix_s: int) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _responses(args: argparse.Namespace) -> int:
+    tenant = _tenant(args)
+    try:
+        if args.action == "list":
+            if not 1 <= args.limit <= MAX_PAGE_LIMIT:
+                raise ApiError(f"--limit must be between 1 and {MAX_PAGE_LIMIT}")
+            filters = ResponseFilters(status=args.status, model=args.model)
+            page = _with_database(
+                _in_session(
+                    lambda session: list_responses(
+                        session, tenant, filters, PageRequest(limit=args.limit, after=args.after)
+                    )
+                )
+            )
+            if args.json:
+                print(page.model_dump_json(indent=2))
+                return 0
+            for response in page.data:
+                tokens = response.usage.total_tokens if response.usage else "-"
+                print(f"{response.id}  {_when(response.created_at)}  {response.status:<11} {response.model}  {tokens}")
+            if page.has_more:
+                print(f"(more: --after {page.last_id})")
+        elif args.action == "show":
+            response = _with_database(_in_session(lambda session: get_response(session, args.response_id, tenant)))
+            print(response.model_dump_json(indent=2))
+        else:
+            _with_database(_in_session(lambda session: delete_finished_response(session, args.response_id, tenant)))
+            print(f"deleted {args.response_id}")
+    except (ApiError, SchemaOutOfDate) as error:
+        print(f"llama-responses: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _prune(_: argparse.Namespace) -> int:
+    settings = Settings()
+    try:
+        report = _with_database(lambda sessionmaker: apply_retention(sessionmaker, settings), settings)
+    except SchemaOutOfDate as error:
+        print(f"llama-responses: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"purged {report.purged_responses} responses older than {settings.retention_days:g} days; "
+        f"dropped the stream events of {report.pruned_event_streams} responses finished over "
+        f"{settings.events_retention_hours:g} hours ago"
+    )
+    return 0

@@ -1,0 +1,144 @@
+"""The model pool with a fake loader: one load per model however many ask, loads off the event loop, LRU unloads
+of idle models under a model or byte budget, and a model that fails to load failing only its own requests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
+from app.model_registry.spec import ModelRegistry, ModelSpec
+from app.queue.base import GenerationJob, ModelRunner
+from app.queue.model_pool import ModelPool
+from tests.fakes import FakeRunner
+
+
+class Loader:
+    """Counts loads and closes; a load waits for `gate` (to hold it in flight) and may fail."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.loads: list[str] = []
+        self.closed: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.failing: set[str] = set()
+
+    def __call__(self, spec: ModelSpec) -> ModelRunner:
+        self.loads.append(spec.id)
+        assert self.gate.wait(5)
+        if spec.id in self.failing:
+            raise RuntimeError("corrupt GGUF")
+        runner = FakeRunner(self.delay_s)
+        closed = self.closed
+
+        async def close() -> None:
+            closed.append(spec.id)
+
+        runner.close = close  # type: ignore[method-assign]
+        return runner
+
+
+def registry(tmp_path: Path, sizes: dict[str, int]) -> ModelRegistry:
+    specs = []
+    for model, size in sizes.items():
+        path = tmp_path / f"{model}.gguf"
+        path.write_bytes(b"x" * size)
+        specs.append(ModelSpec(id=model, path=path))
+    return ModelRegistry(specs)
+
+
+def job(model: str, number: int = 0) -> GenerationJob:
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, max_output_tokens=3)
+    return GenerationJob(f"resp_{model}_{number}", [1, 2], sampling, {}, False, False, tenant="t", model=model)
+
+
+async def run(pool: ModelPool, model: str, number: int = 0) -> list[GenerationOutput]:
+    return [output async for output in pool.start(job(model, number)).outputs()]
+
+
+async def test_a_model_loads_once_on_first_use_while_the_loop_runs_on(tmp_path: Path) -> None:
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1}), loader)
+    assert pool.loaded() == set()
+    loader.gate.clear()
+    runs = [asyncio.create_task(run(pool, "a", number)) for number in range(3)]
+    ticks = 0
+    while not loader.loads:
+        await asyncio.sleep(0.01)
+    for _ in range(5):  # the loop is free while the load is held in its thread
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert ticks == 5 and not any(task.done() for task in runs)
+    loader.gate.set()
+    results = await asyncio.gather(*runs)
+    assert loader.loads == ["a"], "three requests, one load"
+    assert all(isinstance(outputs[-1], Finish) and outputs[-1].reason == "length" for outputs in results)
+    assert pool.loaded() == {"a"}
+    await pool.close()
+    assert loader.closed == ["a"]
+
+
+async def test_the_least_recently_used_idle_model_is_unloaded_first(tmp_path: Path) -> None:
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1, "c": 1}), loader, max_models=2)
+    await run(pool, "a")
+    await run(pool, "b")
+    await run(pool, "a")  # b is now the least recently used
+    await run(pool, "c")
+    assert pool.loaded() == {"a", "c"} and loader.closed == ["b"]
+    await run(pool, "b")
+    assert pool.loaded() == {"c", "b"} and loader.closed == ["b", "a"]
+    assert loader.loads == ["a", "b", "c", "b"]
+
+
+async def test_a_byte_budget_unloads_until_the_new_model_fits(tmp_path: Path) -> None:
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 400, "b": 400, "big": 900}), loader, max_bytes=1000)
+    await run(pool, "a")
+    await run(pool, "b")
+    assert pool.loaded() == {"a", "b"}
+    await run(pool, "big")
+    assert pool.loaded() == {"big"} and sorted(loader.closed) == ["a", "b"]
+
+
+async def test_a_busy_model_is_never_unloaded_the_load_waits_for_it(tmp_path: Path) -> None:
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1}), Loader(delay_s=0.05), max_models=1)
+    long_run = asyncio.create_task(run(pool, "a"))
+    while pool.loaded() != {"a"}:
+        await asyncio.sleep(0.01)
+    outputs_b = await run(pool, "b")
+    assert long_run.done() and isinstance((await long_run)[-1], Finish)
+    assert isinstance(outputs_b[-1], Finish) and pool.loaded() == {"b"}
+
+
+async def test_a_model_that_fails_to_load_fails_its_requests_only(tmp_path: Path) -> None:
+    loader = Loader()
+    loader.failing.add("bad")
+    pool = ModelPool(registry(tmp_path, {"good": 1, "bad": 1}), loader)
+    outputs = await run(pool, "bad")
+    assert len(outputs) == 1 and isinstance(outputs[0], GenerationFailed)
+    assert outputs[0].message == "The model 'bad' could not be loaded: corrupt GGUF"
+    assert isinstance((await run(pool, "good"))[-1], Finish)
+    loader.failing.clear()  # a later request tries again
+    assert isinstance((await run(pool, "bad", 1))[-1], Finish)
+    assert loader.loads == ["bad", "good", "bad"]
+
+
+async def test_a_cancel_before_the_model_loads_ends_the_run_without_it(tmp_path: Path) -> None:
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 1}), loader)
+    started = pool.start(job("a"))
+    pool.cancel("resp_a_0")
+    outputs = [output async for output in started.outputs()]
+    assert outputs == [Finish("cancelled", 2, 0, 0)] and loader.loads == []
+
+
+async def test_takeover_tokens_come_from_the_jobs_model(tmp_path: Path) -> None:
+    pool = ModelPool(registry(tmp_path, {"a": 1}), Loader())
+    assert await pool.tokenize("a", "hi") == [ord("h"), ord("i")]
+    with pytest.raises(Exception, match="'nope' could not be loaded: it is not declared here"):
+        await pool.tokenize("nope", "hi")
