@@ -75,6 +75,7 @@ async def test_metrics_count_requests_by_route_template_and_generations_by_statu
     assert grew("llama_responses_output_tokens_per_second_count", model="fake-model") == 1
     assert grew("llama_responses_output_tokens_total", model="fake-model") == created["usage"]["output_tokens"]
     assert value(after, "llama_responses_workers") == 1  # embedded: this process generates
+    assert value(after, "llama_responses_model_workers", model="fake-model") == 1
 
 
 async def test_cancelled_and_failed_generations_are_counted_by_their_status(
