@@ -20,6 +20,8 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from app.generation.types import SamplingParams
 from app.observability import logs, tracing
@@ -264,3 +266,25 @@ def test_processes_sharing_a_multiprocess_dir_are_summed(tmp_path: Path) -> None
         subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
     shown = subprocess.run([sys.executable, "-c", show], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
     assert 'llama_responses_http_requests_total{method="GET",route="/x",status="200"} 2.0' in shown.stdout
+
+
+async def test_a_scrape_answers_while_the_queue_cannot_be_read_and_counts_the_failure(
+    client: httpx.AsyncClient, app_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unreachable(models: object) -> None:
+        raise ConnectionError("redis is down")
+
+    before = await scrape(client)
+    monkeypatch.setattr(app_runtime.queue, "availability", unreachable)
+    after = await scrape(client)  # 200: metrics matter most in an outage
+    assert value(after, "llama_responses_redis_errors_total") - value(before, "llama_responses_redis_errors_total") == 1
+
+
+async def test_failed_database_statements_are_counted(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
+    before = await scrape(client)
+    with pytest.raises(OperationalError):
+        async with app_runtime.engine.connect() as connection:
+            await connection.execute(text("SELECT * FROM no_such_table"))
+    after = await scrape(client)
+    errors = "llama_responses_database_errors_total"
+    assert value(after, errors) - value(before, errors) == 1
