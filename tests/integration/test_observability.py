@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,6 +67,8 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
         client = clients(embedded.base_url, KEY)
         model = client.models.list().data[0].id
         created = client.responses.create(model=model, input="Say hi.", temperature=0, max_output_tokens=16)
+        with pytest.raises(openai.AuthenticationError) as refused:
+            clients(embedded.base_url, "not-the-key").models.list()
     finally:
         clients.close()
     scraped = samples(httpx.get(url, headers={"authorization": f"Bearer {KEY}"}).text)
@@ -79,10 +82,13 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
     entries = [json.loads(line) for line in lines if line.startswith("{")]
     # Every line from Python is a JSON object; llama.cpp's native code writes a few plain lines of its own.
     assert not [line for line in lines if line.strip() and not line.startswith(("{", "llama_", "ggml_"))]
-    access = [entry for entry in entries if entry["logger"] == "uvicorn.access" and entry.get("method") == "POST"]
-    assert access and access[0]["path"] == "/v1/responses" and access[0]["request_id"].startswith("req_")
-    assert access[0]["response_id"] == created.id and access[0]["tenant"].startswith("key:")
+    access = [entry for entry in entries if entry["logger"] == "uvicorn.access"]
+    posted = [entry for entry in access if entry.get("method") == "POST"]
+    assert posted and posted[0]["path"] == "/v1/responses" and posted[0]["request_id"].startswith("req_")
+    assert posted[0]["response_id"] == created.id and posted[0]["tenant"].startswith("key:")
     assert all(KEY not in line for line in lines)
+    # The SDK reads our x-request-id: an operator finds a client's failed call in the log by it.
+    assert any(entry.get("request_id") == refused.value.request_id and entry.get("status") == 401 for entry in access)
 
 
 @pytest.fixture(scope="module")
