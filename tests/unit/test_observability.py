@@ -26,8 +26,9 @@ from sqlalchemy.exc import OperationalError
 from app.generation.types import SamplingParams
 from app.observability import logs, tracing
 from app.observability.logs import JsonFormatter
-from app.observability.metrics import defined_names
+from app.observability.metrics import REGISTRY, defined_names
 from app.queue.base import GenerationJob
+from app.queue.local_runner import LocalRunner
 from app.queue.memory_bus import MemoryBus
 from app.runtime import Runtime
 from app.services.execution import execute_job
@@ -288,3 +289,35 @@ async def test_failed_database_statements_are_counted(client: httpx.AsyncClient,
     after = await scrape(client)
     errors = "llama_responses_database_errors_total"
     assert value(after, errors) - value(before, errors) == 1
+
+
+class SequencesOnly:
+    """What LocalRunner reads of an engine, without llama.cpp."""
+
+    slots = 2
+    cached_bytes = 4096
+
+    def __init__(self) -> None:
+        self.requests: list[object] = []
+
+    def submit(self, request: object) -> None:
+        self.requests.append(request)
+
+    def close(self) -> None:
+        return None
+
+
+async def test_a_runner_reports_its_sequences_and_zeroes_them_when_its_model_is_unloaded() -> None:
+    engine = SequencesOnly()
+    runner = LocalRunner(engine)  # type: ignore[arg-type]
+    sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=3)
+    for index in range(3):
+        runner.start(GenerationJob(f"resp_{index}", [1], sampling, {}, False, False, tenant="t", model="gauged"))
+
+    def gauge(name: str) -> float | None:
+        return REGISTRY.get_sample_value(f"llama_responses_{name}", {"model": "gauged"})
+
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("queue_depth")) == (2, 0, 1)
+    assert gauge("prefix_cache_bytes") == 4096
+    await runner.close()
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("prefix_cache_bytes")) == (0, 0, 0)
