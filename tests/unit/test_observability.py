@@ -206,6 +206,9 @@ async def test_one_trace_from_the_request_to_prefill_and_decode(
     generate = by_name["generate"]
     assert generate.attributes["llama_responses.response_id"] == created["id"]
     assert by_name["prefill"].parent.span_id == generate.context.span_id
+    assert by_name["prefill"].attributes["llama_responses.prompt_tokens"] == created["usage"]["input_tokens"]
+    assert by_name["decode"].attributes["llama_responses.output_tokens"] == created["usage"]["output_tokens"]
+    assert by_name["decode"].attributes["llama_responses.status"] == "completed"
     assert (by_name["prefill"].end_time or 0) <= (by_name["decode"].start_time or 0)
     # The statements of both sides: the API storing the response, the generation claiming and finishing it.
     statements = [span for span in finished if span.attributes.get("db.system") == "sqlite"]
