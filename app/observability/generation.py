@@ -99,8 +99,10 @@ class JobObserver:
         if self.started_ns:
             read: dict[str, int] = {}
             if finish is not None:
-                read = {"llama_responses.prompt_tokens": finish.prompt_tokens}
-                read["llama_responses.cached_tokens"] = finish.cached_tokens
+                read = {
+                    "llama_responses.prompt_tokens": finish.prompt_tokens,
+                    "llama_responses.cached_tokens": finish.cached_tokens,
+                }
             tracing.record_span("prefill", self.started_ns, first_ns, read)
             written = {"llama_responses.status": status, "llama_responses.output_tokens": output_tokens}
             tracing.record_span("decode", first_ns, end_ns, written)
