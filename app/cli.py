@@ -1,10 +1,11 @@
-"""`llama-responses serve | worker | migrate`, and the operator's `responses list|show|delete` and `prune`."""
+"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete` and `prune`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
@@ -30,13 +31,21 @@ def _preflight(settings: Settings) -> str | None:
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from app.main import create_app
+    from app.observability.logs import configure_logging
 
     settings = Settings()
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
-    uvicorn.run(create_app(settings, database_ready=True), host=args.host, port=args.port, log_level=args.log_level)
+    # Text: uvicorn's own log config, as ever. JSON: ours, for every logger, uvicorn's access log included.
+    log_config: dict[str, Any] | None = LOGGING_CONFIG
+    if settings.log_format == "json":
+        configure_logging("json", args.log_level)
+        log_config = None
+    app = create_app(settings, database_ready=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=log_config)
     return 0
 
 
@@ -66,11 +75,12 @@ def _worker(args: argparse.Namespace) -> int:
         models = _worker_models(settings, args.model)
     except ModelConfigError as error:
         return _fail(error)
-    import logging
+    from app.observability.logs import configure_logging
+    from worker.main import SupervisedWorker, serve_metrics, worker_settings
 
-    from worker.main import SupervisedWorker, worker_settings
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(settings.log_format)
+    if args.metrics_port is not None:
+        serve_metrics(args.metrics_host, args.metrics_port)
     SupervisedWorker(**worker_settings(settings, models)).run()
     return 0
 
@@ -82,6 +92,15 @@ def _migrate(_: argparse.Namespace) -> int:
     upgrade_to_head(settings.database_url)
     print(f"llama-responses: database at head ({settings.database_url.split('@')[-1]})")
     return 0
+
+
+def _check(_: argparse.Namespace) -> int:
+    from app.services.check import load_settings, report, run_checks
+
+    settings, loaded = load_settings()
+    findings = [loaded, *(asyncio.run(run_checks(settings)) if settings is not None else [])]
+    print(report(findings))
+    return 0 if all(finding.ok for finding in findings) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,9 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="a model to serve (repeat for several; default: RESPONSES_WORKER_MODELS, else every declared model)",
     )
+    worker.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="the address the metrics port binds")
     worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the configured database to the latest schema")
     migrate.set_defaults(run=_migrate)
+    check = commands.add_parser(
+        "check", help="check the settings, models, database schema and Redis; say how to fix what is wrong"
+    )
+    check.set_defaults(run=_check)
     add_commands(commands)
     return parser
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -166,6 +166,14 @@ class Settings(BaseSettings):
         ge=0,
         description="Requests (WebSocket connections included) one tenant may have in flight on one API process; "
         "more are refused with a 429 and Retry-After. 0: no limit.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines as plain text (for a terminal) or one JSON object a line with the request id, "
+        "response id, tenant label and model (for a log pipeline); uvicorn's access log included.",
+    )
+    metrics_public: bool = Field(
+        False, description="Serve /metrics without a key on a keyed server (for a scraper on a private network)."
     )
 
     @field_validator("api_keys", mode="before")

@@ -14,6 +14,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.observability.metrics import REDIS_ERRORS
+
 logger = logging.getLogger(__name__)
 
 
@@ -141,11 +143,26 @@ def is_outage(error: BaseException) -> bool:
     return False
 
 
-def _unavailable(error: BaseException) -> JSONResponse:
+def outage_error(error: BaseException) -> ServiceUnavailable | None:
+    """The 503 that an outage stands for (None when `error` is not one), the same for HTTP and WebSocket mode."""
+    if not is_outage(error):
+        return None
+    causes = _causes(error)
+    if any(isinstance(cause, RedisConnectionError | RedisTimeoutError) for cause in causes):
+        return ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable")
+    if any(isinstance(cause, DBAPIError | PoolTimeoutError) for cause in causes):
+        return ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
+    return ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable")
+
+
+def _unavailable_or_server_error(error: Exception) -> JSONResponse:
+    unavailable = outage_error(error)
+    if unavailable is None:
+        return _server_error(error)
+    if unavailable.code == "queue_unavailable":
+        REDIS_ERRORS.inc()
     logger.warning("a backing service is unavailable: %s", error)
-    return error_response(
-        ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable")
-    )
+    return error_response(unavailable)
 
 
 def _param_from_location(location: tuple[Any, ...]) -> str | None:
@@ -199,28 +216,11 @@ def register_error_handlers(app: FastAPI) -> None:
         body = {"error": {"message": str(error.detail), "type": kind, "param": None, "code": None}}
         return JSONResponse(body, status_code=status)
 
+    # An outage can surface wrapped (a pool timeout, asyncpg's CannotConnectNowError, an exception group).
     @app.exception_handler(DBAPIError)
-    async def _database(_: Request, error: DBAPIError) -> JSONResponse:
-        if not is_outage(error):
-            return _server_error(error)
-        logger.warning("database unavailable: %s", error)
-        return error_response(
-            ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
-        )
-
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)
-    async def _queue(_: Request, error: Exception) -> JSONResponse:
-        logger.warning("the queue (Redis) is unavailable: %s", error)
-        return error_response(
-            ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable")
-        )
-
     @app.exception_handler(OSError)
-    async def _unreachable(_: Request, error: OSError) -> JSONResponse:
-        return _unavailable(error)
-
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, error: Exception) -> JSONResponse:
-        # An outage can surface wrapped (a pool timeout, asyncpg's CannotConnectNowError, an exception group).
-        return _unavailable(error) if is_outage(error) else _server_error(error)
+        return _unavailable_or_server_error(error)

@@ -20,6 +20,7 @@ from app.api.routes import (
     health,
     input_items,
     input_tokens,
+    metrics,
     models,
     response_list,
     responses,
@@ -32,6 +33,8 @@ from app.errors import register_error_handlers
 from app.generation.renderers import RendererCache
 from app.model_registry.loading import load_registry
 from app.model_registry.spec import ModelRegistry
+from app.observability import tracing
+from app.observability.requests import RequestObservation
 from app.queue.base import GenerationQueue
 from app.queue.model_pool import ModelPool
 from app.runtime import Runtime
@@ -75,12 +78,15 @@ def create_app(
     """`database_ready`: the caller already ran prepare_database (the CLI does, to fail before binding)."""
     settings = settings or Settings()
     build = generation or build_generation
+    traced = tracing.configure_tracing("llama-responses")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not database_ready:
             await migrations.prepare_database(settings)
         engine = create_engine(settings.database_url)
+        if traced:
+            tracing.instrument_database(engine)
         sessionmaker = create_sessionmaker(engine)
         registry = load_registry(settings)
         renderers, queue = await build(settings, registry, sessionmaker)
@@ -118,17 +124,24 @@ def create_app(
             await asyncio.gather(*maintenance, return_exceptions=True)
             await queue.close()
             await engine.dispose()
+            if traced:
+                tracing.uninstrument_database()
 
     # The documentation routes are ours (app/api/routes/docs.py): they follow the API's auth.
     app = FastAPI(title="llama-responses", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
     app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
+    # Outermost: every request is counted and timed, a refused one included.
+    app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
     for module in (compaction, input_tokens, response_list, responses, input_items, conversations, models, websocket):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.include_router(docs.router)
+    app.include_router(metrics.router)
+    if traced:
+        tracing.instrument_app(app)
     console.mount_console(app)
     return app

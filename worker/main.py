@@ -23,6 +23,8 @@ from app.db.session import create_engine, create_sessionmaker
 from app.generation.engine import concurrency
 from app.ids import new_id
 from app.model_registry.loading import load_registry
+from app.observability import tracing
+from app.observability.metrics import REDIS_ERRORS, WORKER_HEARTBEATS
 from app.queue.arq_backend import (
     AFFINITY_TTL_S,
     GENERATE_TASK,
@@ -66,6 +68,7 @@ class SupervisedWorker(Worker):
         try:
             await super()._poll_iteration()
         except Exception as error:
+            REDIS_ERRORS.inc()
             self._backoff_s = min(max(self._backoff_s * 2, RESTART_BACKOFF_S[0]), RESTART_BACKOFF_S[1])
             logger.warning("cannot poll for jobs (%s); trying again in %.1f s", error, self._backoff_s)
             await asyncio.sleep(self._backoff_s)
@@ -124,6 +127,7 @@ async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
 async def _beat(ctx: dict[str, Any]) -> None:
     while True:
         await register_worker(ctx["redis"], ctx["worker_id"], ctx["models"], WORKER_TTL_S)
+        WORKER_HEARTBEATS.inc()
         await asyncio.sleep(WORKER_HEARTBEAT_S)
 
 
@@ -175,6 +179,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     for model in models:  # loaded before the first heartbeat: a live worker is one that can generate
         await pool.preload(model)
     ctx["engine"] = create_engine(settings.database_url)
+    if tracing.configure_tracing("llama-responses-worker"):
+        tracing.instrument_database(ctx["engine"])
     ctx["sessionmaker"] = create_sessionmaker(ctx["engine"])
     ctx["bus"] = RedisBus(ctx["redis"])
     ctx["queue"] = ArqQueue(ctx["redis"])
@@ -215,6 +221,16 @@ async def apply_retention_task(ctx: dict[str, Any]) -> None:
     async with exclusive(ctx["redis"], "retention", RETENTION_LOCK_TTL_S) as held:
         if held:
             await apply_retention(ctx["sessionmaker"], ctx["settings"])
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """GET /metrics on its own port (a thread of this process): a worker serves no HTTP otherwise."""
+    from prometheus_client import start_http_server
+
+    from app.observability.metrics import exposed_registry
+
+    start_http_server(port, addr=host, registry=exposed_registry())
+    logger.info("metrics on http://%s:%d/metrics", host, port)
 
 
 def worker_settings(settings: Settings, models: list[str]) -> dict[str, Any]:

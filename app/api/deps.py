@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.errors import Unauthorized
+from app.observability import logs
 from app.runtime import Runtime
 from app.services.includes import parse_includes
 
@@ -50,6 +51,7 @@ async def get_tenant(request: Request, runtime: RuntimeDep) -> AsyncIterator[str
     """The caller's tenant, holding one of its in-flight slots until the response is sent in full (a stream's
     last event included): a 429 when it has none left."""
     tenant = tenant_for(request.headers.get("authorization", ""), runtime.settings)
+    logs.bind(tenant=tenant)
     with runtime.slots.hold(tenant):
         yield tenant
 

@@ -162,6 +162,11 @@ class LlamaEngine:
     def slots(self) -> int:
         return len(self._slots)
 
+    @property
+    def cached_bytes(self) -> int:
+        """Memory held by saved prefix states (read from any thread: one int)."""
+        return self._cache.size_bytes if self._cache is not None else 0
+
     def tokenize(self, text: str) -> list[int]:
         """Text the model wrote, as tokens to append to its prompt (a takeover continues from them)."""
         data = text.encode("utf-8")

@@ -150,18 +150,23 @@ class ArqQueue:
     async def cancel(self, response_id: str) -> None:
         await self.pool.publish(CANCEL_CHANNEL, response_id)
 
-    async def workers_alive(self, model: str | None = None) -> bool:
+    async def live_workers(self, model: str | None = None) -> int:
         """One sorted-set count, whatever the size of the keyspace."""
         key = WORKERS_KEY if model is None else model_workers_key(model)
-        return bool(await self.pool.zcount(key, time.time(), "+inf"))
+        return int(await self.pool.zcount(key, time.time(), "+inf"))
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
         now = time.time()
         async with self.pool.pipeline(transaction=False) as pipe:
             for model in models:
                 pipe.zcount(model_workers_key(model), now, "+inf")
-            counts = await pipe.execute()
-        return {model: ModelAvailability(int(count)) for model, count in zip(models, counts, strict=True)}
+                # NOTE: the model's queue only; jobs routed to a worker's own queue (affinity) are taken at once.
+                pipe.zcard(model_queue(model))
+            replies = await pipe.execute()
+        return {
+            model: ModelAvailability(live_workers=int(workers), waiting_jobs=int(waiting))
+            for model, workers, waiting in zip(models, replies[::2], replies[1::2], strict=True)
+        }
 
     async def ping(self) -> None:
         await self.pool.ping()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from app.generation.types import GenerationOutput, SamplingParams
+from app.observability.generation import job_telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class GenerationJob:
     #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
     #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
     announced: bool = False
+    #: The trace context, request id and queueing time of the request that made the job (see job_telemetry).
+    telemetry: dict[str, Any] = field(default_factory=job_telemetry)
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +80,8 @@ class ModelAvailability:
     live_workers: int
     #: Embedded mode: whether its weights are in memory now (None in distributed mode: each worker's own).
     loaded: bool | None = None
+    #: Jobs waiting for one of those workers (None in embedded mode: its runner reports its own queue).
+    waiting_jobs: int | None = None
 
 
 class GenerationRun(Protocol):
@@ -131,11 +136,11 @@ class GenerationQueue(Protocol):
     async def job_is_waiting(self, response_id: str) -> bool:
         """The job is queued or running here (False when the queue lost it)."""
 
-    async def workers_alive(self, model: str | None = None) -> bool:
-        """Whether a worker can run `model`'s jobs now (None: any model's)."""
+    async def live_workers(self, model: str | None = None) -> int:
+        """How many workers can run `model`'s jobs now (None: any model's)."""
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
-        """Per model: what can run its jobs now (for /v1/models and the health routes)."""
+        """Per model: what can run its jobs now and what waits for them (/v1/models, the health routes, metrics)."""
 
     async def ping(self) -> None:
         """Raise if the queue's backing store (Redis) cannot be reached."""

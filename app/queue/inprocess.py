@@ -43,8 +43,8 @@ class InProcessQueue:
     async def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)
 
-    async def workers_alive(self, model: str | None = None) -> bool:
-        return True
+    async def live_workers(self, model: str | None = None) -> int:
+        return 1
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
         """This process runs every model; a pool says which are in memory now."""

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.types import Finish, GenerationFailed, GenerationOutput
+from app.observability.generation import report_sequences
 from app.queue.base import GenerationJob
 
 
@@ -51,9 +52,20 @@ class LocalRunner:
         self._runs: dict[str, LocalRun] = {}
 
     def start(self, job: GenerationJob) -> LocalRun:
-        run = LocalRun(job, self.engine, on_done=lambda: self._runs.pop(job.response_id, None))
+        model = job.model
+
+        def done() -> None:
+            self._runs.pop(job.response_id, None)
+            self._report(model)
+
+        run = LocalRun(job, self.engine, on_done=done)
         self._runs[job.response_id] = run
+        self._report(model)
         return run
+
+    def _report(self, model: str) -> None:
+        engine = self.engine
+        report_sequences(model, running=len(self._runs), slots=engine.slots, prefix_cache_bytes=engine.cached_bytes)
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         return self.engine.tokenize(text)

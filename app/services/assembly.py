@@ -427,15 +427,17 @@ class ResponseAssembler:
         return events
 
     def fail(self, message: str, *, code: str = "server_error") -> list[ResponseEvent]:
+        """The opened items closed as `incomplete` (so a stream's reader sees every item end), then the `error`
+        event and `response.failed`, the output so far in its response."""
+        events: list[ResponseEvent] = []
+        if self._phase == "reasoning":
+            events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        if self._message is not None and self._message.status == "in_progress":
+            events += self._close_message("incomplete")
+        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
-        output: list[StoredReasoning | MessageItem] = []
-        if self._reasoning is not None:
-            text = self._raw[self._reasoning_from : self._reasoning_sent]
-            output.append(self._reasoning.model_copy(update={"content": [ReasoningText(text=text)]}))
-        if self._message is not None:
-            part = self._answer_part()
-            output.append(self._message.model_copy(update={"content": [part], "status": "incomplete"}))
-        self.response.output = [*self._leading, *output]
-        error = ErrorEvent(sequence_number=self._next(), code=code, message=message)
-        return [error, self._lifecycle("failed")]
+        self.response.output = [*self._leading, *finished]
+        events.append(ErrorEvent(sequence_number=self._next(), code=code, message=message))
+        events.append(self._lifecycle("failed"))
+        return events

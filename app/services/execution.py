@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -24,12 +24,21 @@ from app.db.base import utc_now
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.generation.types import Finish, GenerationFailed, ScoredPiece
+from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
-from app.schemas.events import ResponseEvent, ResponseLifecycleEvent
+from app.schemas.events import ErrorEvent, ResponseEvent, ResponseLifecycleEvent
 from app.schemas.responses import ResponseError, ResponseObject
-from app.services.assembly import ResponseAssembler
 from app.services.finished_items import record_final_items
-from app.services.job_progress import IdLog, LeaseLost, publish_quietly, row_verdict, store_with_retries
+from app.services.job_progress import (
+    IdLog,
+    LeaseLost,
+    final_values,
+    job_assembler,
+    publish_quietly,
+    replay_progress,
+    row_verdict,
+    store_with_retries,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,37 +63,35 @@ class JobExecution:
         self.lease_s = lease_s
         self.background = bool(job.response.get("background"))
         self.ids = IdLog([])
-        self.assembler = self._new_assembler()
+        self.assembler = job_assembler(job, self.ids)
         #: The text pieces given to the assembler, in order: with `ids`, what a takeover replays.
         self.pieces: list[str] = []
-        self.progress: dict[str, Any] | None = None
+        self.progress: jobs.Progress | None = None
+        #: How much of `pieces` and of the ids is stored, and in how many progress rows: each store appends
+        #: only what is new (a rewrite on every event would grow with the square of the length).
+        self._stored = jobs.Progress(pieces=[], ids=[], rows=0)
         self.cancel_requested = False
         self.resumed = False
         self.prior_tokens = 0
         self._ended = False  # the run's Finish (or GenerationFailed) was read
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
         self._handing_over = False
-
-    def _new_assembler(self) -> ResponseAssembler:
-        job = self.job
-        return ResponseAssembler(
-            ResponseObject.model_validate(job.response),
-            job.functions,
-            job.reasoning_tags,
-            custom_tools=set(job.custom_tools),
-            encrypted_reasoning=job.encrypted_reasoning,
-            leading_items=job.leading_items,
-            logprobs=job.sampling.top_logprobs is not None,
-            parallel_tool_calls=job.parallel_tool_calls,
-            ids=self.ids,
-            announced=job.announced,
-        )
+        self.observer = JobObserver(job)
 
     def _lease_until(self) -> datetime:
         return utc_now() + timedelta(seconds=self.lease_s)
 
-    def _progress(self) -> dict[str, Any]:
-        return {"pieces": list(self.pieces), "ids": list(self.ids.recorded)}
+    def _progress_step(self) -> jobs.ProgressStep | None:
+        """What is new since the last stored step; None when nothing is."""
+        pieces, ids = self.pieces[len(self._stored.pieces) :], self.ids.recorded[len(self._stored.ids) :]
+        if not pieces and not ids:
+            return None
+        return jobs.ProgressStep(position=self._stored.rows, pieces=list(pieces), ids=list(ids))
+
+    def _step_stored(self, step: jobs.ProgressStep | None) -> None:
+        if step is not None:
+            stored = self._stored
+            self._stored = jobs.Progress(stored.pieces + step.pieces, stored.ids + step.ids, stored.rows + 1)
 
     async def _claim(self) -> bool:
         """Take the job under a lease: False when it was cancelled, has ended, or another worker holds it."""
@@ -101,7 +108,7 @@ class JobExecution:
             )
             if row is None:
                 return False
-            self.progress = row.progress
+            self.progress = await jobs.progress_of(session, row.id)
             self.cancel_requested = row.cancel_requested_at is not None
             if row.attempts > 1:
                 logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
@@ -113,15 +120,8 @@ class JobExecution:
         if self.progress is None:
             return self.job
         self.resumed = True
-        self.ids = IdLog(self.progress.get("ids", []))
-        self.assembler = self._new_assembler()
-        self.assembler.response.status = "in_progress"
-        # Replaying the same pieces with the same ids rebuilds the same events: those already sent are skipped,
-        # and the sequence numbers go on from the last one stored.
-        self.assembler.start()
-        for piece in self.progress.get("pieces", []):
-            self.assembler.text(piece)
-            self.pieces.append(piece)
+        self.assembler, self.ids, self.pieces = replay_progress(self.job, self.progress.pieces, self.progress.ids)
+        self._stored = self.progress
         written = await runner.tokenize(self.job.model, "".join(self.pieces)) if self.pieces else []
         self.prior_tokens = len(written)
         cap = self.job.sampling.max_output_tokens
@@ -130,6 +130,7 @@ class JobExecution:
 
     async def _store(self, payloads: list[dict[str, Any]], final: ResponseObject | None) -> None:
         """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
+        step = self._progress_step() if self.job.store and final is None else None
         async with self.sessionmaker() as session, session.begin():
             if self.job.store and final is not None:
                 values = final_values(final)
@@ -142,7 +143,7 @@ class JobExecution:
                     owner=self.owner,
                     now=utc_now(),
                     lease_until=self._lease_until(),
-                    progress=self._progress(),
+                    progress=step,
                 )
                 if not held:
                     raise LeaseLost(self.job.response_id)
@@ -150,6 +151,7 @@ class JobExecution:
                 await repository.insert_events(session, self.job.response_id, payloads)
             if final is not None:
                 await record_final_items(session, self.job, final)
+        self._step_stored(step)
 
     async def _emit(self, events: list[ResponseEvent], *, final: ResponseObject | None = None) -> None:
         payloads = [event.model_dump(mode="json") for event in events]
@@ -164,7 +166,7 @@ class JobExecution:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             # A background job whose events are not kept stores its progress here, for a takeover.
-            progress = self._progress() if self.background and not self.job.keep_events else None
+            progress = self._progress_step() if self.background and not self.job.keep_events else None
             try:
                 async with self.sessionmaker() as session, session.begin():
                     held, cancel = await jobs.renew(
@@ -178,6 +180,8 @@ class JobExecution:
             except Exception as error:
                 logger.warning("could not renew the lease of %s (%s); trying again", self.job.response_id, error)
                 continue
+            if held:
+                self._step_stored(progress)
             if not held:
                 logger.warning(
                     "lost the lease of %s: stopping its generation (%s)", self.job.response_id, await self._holder()
@@ -218,6 +222,7 @@ class JobExecution:
                     output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
                 )
             events = self.assembler.finish(output, completed_at=int(time.time()))
+        self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
         first = events[0].sequence_number
         try:
@@ -229,10 +234,14 @@ class JobExecution:
         except Exception:
             logger.exception("could not store the final state of %s", self.job.response_id)
             self._lost = True
-            await self._publish(await self._fail_unstored(first))
+            closing = [event for event in events[:-1] if event.type != "error"]
+            for event in await self._fail_unstored(closing, first + len(closing)):
+                await self._publish(event)
 
-    async def _fail_unstored(self, sequence_number: int) -> dict[str, Any] | None:
-        """The final commit failed: end the response failed (a smaller write) so that it does not hang."""
+    async def _fail_unstored(self, closing: list[ResponseEvent], sequence_number: int) -> list[dict[str, Any]]:
+        """The final commit failed: end the response failed (a smaller write: no output) so that it does not
+        hang. Its stream still sees the items it opened end (`closing`, the final events but the terminal one),
+        then `error` and `response.failed`."""
         failed = self.assembler.response.model_copy(
             update={
                 "status": "failed",
@@ -244,8 +253,9 @@ class JobExecution:
             },
             deep=True,
         )
-        event = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number, response=failed)
-        payload = event.model_dump(mode="json")
+        error = ErrorEvent(sequence_number=sequence_number, code="server_error", message=STORE_FAILED_MESSAGE)
+        event = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number + 1, response=failed)
+        payloads = [item.model_dump(mode="json") for item in [*closing, error, event]]
 
         async def store() -> None:
             async with self.sessionmaker() as session, session.begin():
@@ -254,17 +264,18 @@ class JobExecution:
                 ):
                     raise LeaseLost(self.job.response_id)
                 if self.job.keep_events:
-                    await repository.insert_events(session, self.job.response_id, [payload])
+                    await repository.insert_events(session, self.job.response_id, payloads)
 
         try:
             await store_with_retries(store, budget_s=self.lease_s)
         except LeaseLost:
-            return await row_verdict(self.sessionmaker, self.job, sequence_number)
+            verdict = await row_verdict(self.sessionmaker, self.job, sequence_number)
+            return [] if verdict is None else [verdict]
         except Exception:
             # The database is gone for longer than a lease: reconciliation ends (or retries) it once it is back.
             logger.exception("could not fail %s either; leaving it to reconciliation", self.job.response_id)
-            return None
-        return payload
+            return []
+        return payloads
 
     async def _publish(self, event: dict[str, Any] | None) -> None:
         if event is not None:
@@ -272,7 +283,7 @@ class JobExecution:
 
     async def _hand_over(self) -> None:
         """Stopping (shutdown): give the lease up at once so that another worker takes the job over."""
-        progress = None if self.job.keep_events else self._progress()
+        progress = None if self.job.keep_events else self._progress_step()
         with contextlib.suppress(Exception):
             async with self.sessionmaker() as session, session.begin():
                 await jobs.renew(
@@ -295,6 +306,7 @@ class JobExecution:
         except LeaseLost:
             return
         generation = runner.start(job)
+        self.observer.generation_started(resumed=self.resumed)
         heartbeat = asyncio.create_task(self._heartbeat(generation)) if self.job.store else None
         try:
             if self.cancel_requested or await self._cancel_stored():
@@ -331,6 +343,7 @@ class JobExecution:
             if isinstance(output, str | ScoredPiece):
                 if silent:
                     continue
+                self.observer.output()
                 self.pieces.append(output if isinstance(output, str) else output.text)
                 await self._emit(self.assembler.text(output))
             else:
@@ -338,20 +351,6 @@ class JobExecution:
                 if not silent:
                     await self._close(output)
                 return
-
-
-def final_values(response: ResponseObject) -> dict[str, Any]:
-    """The columns a terminal Response sets, in one conditional update with its status."""
-    return {
-        "status": response.status,
-        "output": [item.model_dump(mode="json") for item in response.output],
-        "usage": response.usage.model_dump(mode="json") if response.usage else None,
-        "error": response.error.model_dump(mode="json") if response.error else None,
-        "incomplete_details": response.incomplete_details.model_dump(mode="json")
-        if response.incomplete_details
-        else None,
-        "completed_at": datetime.fromtimestamp(response.completed_at, UTC) if response.completed_at else None,
-    }
 
 
 async def execute_job(
@@ -363,4 +362,6 @@ async def execute_job(
     owner: str,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> None:
-    await JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s).run(runner)
+    execution = JobExecution(job, sessionmaker, bus, owner=owner, lease_s=lease_s)
+    with execution.observer.running():
+        await execution.run(runner)

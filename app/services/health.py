@@ -25,7 +25,7 @@ async def _queue(runtime: Runtime) -> bool:
 
 
 async def _workers(runtime: Runtime) -> bool:
-    return await runtime.queue.workers_alive()
+    return await runtime.queue.live_workers() > 0
 
 
 async def _models(runtime: Runtime) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""What a generation job's runs share: replayable ids, storing through database blips, best-effort publishing,
-and the terminal event that a stored row stands for."""
+"""What a generation job's runs share: replayable ids, the assembler rebuilt from stored progress, storing through
+database blips, best-effort publishing, and the terminal event that a stored row stands for."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -16,9 +17,11 @@ from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.ids import new_id
+from app.observability.metrics import REDIS_ERRORS
 from app.queue.base import EventBus, GenerationJob
 from app.schemas.events import ResponseLifecycleEvent
-from app.schemas.responses import TERMINAL_STATUSES
+from app.schemas.responses import TERMINAL_STATUSES, ResponseObject
+from app.services.assembly import ResponseAssembler
 from app.services.snapshots import response_from_row
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,50 @@ class IdLog:
         return self.recorded[self._next - 1]
 
 
+def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
+    """The assembler a run of `job` grows its Response with, taking its item ids from `ids`."""
+    return ResponseAssembler(
+        ResponseObject.model_validate(job.response),
+        job.functions,
+        job.reasoning_tags,
+        custom_tools=set(job.custom_tools),
+        encrypted_reasoning=job.encrypted_reasoning,
+        leading_items=job.leading_items,
+        logprobs=job.sampling.top_logprobs is not None,
+        parallel_tool_calls=job.parallel_tool_calls,
+        ids=ids,
+        announced=job.announced,
+    )
+
+
+def replay_progress(
+    job: GenerationJob, pieces: list[str], ids: list[str]
+) -> tuple[ResponseAssembler, IdLog, list[str]]:
+    """The assembler as the last run left it: the same pieces with the same ids rebuild the same events (their
+    sequence numbers included), so what follows goes on from the last event sent. (assembler, ids, pieces)"""
+    log = IdLog(ids)
+    assembler = job_assembler(job, log)
+    assembler.response.status = "in_progress"
+    assembler.start()
+    for piece in pieces:
+        assembler.text(piece)
+    return assembler, log, list(pieces)
+
+
+def final_values(response: ResponseObject) -> dict[str, Any]:
+    """The columns a terminal Response sets, in one conditional update with its status."""
+    return {
+        "status": response.status,
+        "output": [item.model_dump(mode="json") for item in response.output],
+        "usage": response.usage.model_dump(mode="json") if response.usage else None,
+        "error": response.error.model_dump(mode="json") if response.error else None,
+        "incomplete_details": response.incomplete_details.model_dump(mode="json")
+        if response.incomplete_details
+        else None,
+        "completed_at": datetime.fromtimestamp(response.completed_at, UTC) if response.completed_at else None,
+    }
+
+
 async def store_with_retries(store: Callable[[], Awaitable[None]], *, budget_s: float) -> None:
     """Run a write, trying again on database errors for up to `budget_s` (a blip keeps the generation going;
     an outage longer than the lease gives the job to reconciliation)."""
@@ -71,6 +118,7 @@ async def publish_quietly(bus: EventBus, response_id: str, event: dict[str, Any]
     try:
         await bus.publish(response_id, event)
     except Exception as error:
+        REDIS_ERRORS.inc()
         logger.warning("could not publish an event of %s (%s)", response_id, error)
 
 

@@ -23,6 +23,7 @@ from app.generation.tool_calls import FunctionSpec, template_tool
 from app.generation.types import ContextTooLong, PromptRenderer, SamplingParams
 from app.ids import new_id
 from app.model_registry.spec import ModelSpec
+from app.observability import tracing
 from app.queue.base import GenerationJob
 from app.runtime import Runtime
 from app.schemas.requests import ENCRYPTED_REASONING_INCLUDE, CreateResponseRequest
@@ -234,14 +235,15 @@ async def _render(
     # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
     # request's render waits for.
     turns = runtime.heavy_renders if chars >= HEAVY_PROMPT_CHARS else contextlib.nullcontext()
-    async with turns:
-        return await asyncio.to_thread(
-            renderer.render_within_context,
-            system,
-            messages,
-            truncate=truncate,
-            template_options=template_options,
-        )
+    with tracing.span("render prompt", {"llama_responses.prompt_chars": chars}):
+        async with turns:
+            return await asyncio.to_thread(
+                renderer.render_within_context,
+                system,
+                messages,
+                truncate=truncate,
+                template_options=template_options,
+            )
 
 
 async def _prompt_of(

@@ -7,6 +7,7 @@ a round), so an API node can run it as well as a worker.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,9 +19,10 @@ from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
+from app.generation.types import Finish
 from app.queue.base import EventBus, GenerationJob, GenerationQueue
 from app.runtime import Runtime
-from app.services.job_progress import publish_quietly, terminal_event
+from app.services.job_progress import final_values, publish_quietly, replay_progress, terminal_event
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,28 @@ class RoundReport:
     requeued: int = 0
 
 
+def _ending(
+    row: ResponseRow, progress: jobs.Progress | None, status: str, error: dict[str, Any] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The columns that end the response as `status`, and the events before its terminal one: with stored
+    progress, the output so far (the last run's assembler rebuilt from it) and the `done` events of the items it
+    had opened, so that a stream reader sees each item end (and `error` before `response.failed`)."""
+    values: dict[str, Any] = {"status": status, "error": error}
+    if row.job is None or progress is None or not progress.pieces:
+        return values, []  # nothing said, nothing open
+    job = GenerationJob.from_payload(row.job)
+    assembler, _, pieces = replay_progress(job, progress.pieces, progress.ids)
+    if status == "failed":
+        assert error is not None
+        events = assembler.fail(error["message"], code=error["code"])
+    else:
+        # NOTE: a piece is a token but for split UTF-8, as the reasoning count does; the tokenizer is not here.
+        finish = Finish("cancelled", len(job.prompt_tokens), 0, len(pieces))
+        events = assembler.finish(finish, completed_at=int(time.time()))
+    values.update(final_values(assembler.response))
+    return values, [event.model_dump(mode="json") for event in events[:-1]]
+
+
 async def end_response(
     sessionmaker: async_sessionmaker[AsyncSession],
     bus: EventBus | None,
@@ -63,30 +87,38 @@ async def end_response(
     status: str,
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """End a response that nobody holds (queued, or its lease expired) as `status`: with a stored terminal event
-    when its events are kept (so a replay ends), published for live streams. None when someone holds it or it
-    has ended."""
+    """End a response that nobody holds (queued, or its lease expired) as `status`, keeping the output generated
+    so far: with stored events (closing what was open, then the terminal one) when its events are kept, so a
+    replay ends, published for live streams. The terminal event, or None when someone holds it or it has ended."""
     async with sessionmaker() as session, session.begin():
-        if not await jobs.end_unheld(session, response_id, now=utc_now(), values={"status": status, "error": error}):
+        row = await jobs.get_for_update(session, response_id)
+        if row is None:
             return None
-        row = await repository.get_by_id(session, response_id)
+        values, closing = _ending(row, await jobs.progress_of(session, response_id), status, error)
+        if not await jobs.end_unheld(session, response_id, now=utc_now(), values=values):
+            return None
+        row = await jobs.reload(session, response_id)
         if row is None:
             return None
         keeps_events = row.background and row.stream
         sequence = await jobs.next_sequence_number(session, response_id) if keeps_events else 0
-        event = terminal_event(row, sequence)
+        # Numbered after what was stored (the rebuilt events are numbered so too when the progress was stored
+        # with them, as a kept stream's is).
+        events = [{**event, "sequence_number": sequence + index} for index, event in enumerate(closing)]
+        events.append(terminal_event(row, sequence + len(closing)))
         if keeps_events:
-            await repository.insert_events(session, response_id, [event])
+            await repository.insert_events(session, response_id, events)
     if bus is not None and keeps_events:
         # A live relay of an unkept stream has its own sequence numbers: it ends from the stored row instead.
-        await publish_quietly(bus, response_id, event)
-    return event
+        for event in events:
+            await publish_quietly(bus, response_id, event)
+    return events[-1]
 
 
-def _resumable(row: ResponseRow) -> bool:
+def _resumable(row: ResponseRow, progress: jobs.Progress | None) -> bool:
     if row.job is None or not row.background:
         return False
-    if row.progress is None or not row.progress.get("pieces"):
+    if progress is None or not progress.pieces:
         return True
     sampling = row.job.get("sampling", {})
     # A grammar's state and logprobs are not carried over: such a job starts again only if it had said nothing.
@@ -124,7 +156,9 @@ class Reconciler:
         if row.cancel_requested_at is not None:
             await end_response(self.sessionmaker, bus, row.id, status="cancelled")
             return False
-        if _resumable(row) and row.attempts < self.policy.max_attempts:
+        async with self.sessionmaker() as session:
+            resumable = _resumable(row, await jobs.progress_of(session, row.id))
+        if resumable and row.attempts < self.policy.max_attempts:
             assert row.job is not None
             until = now + timedelta(seconds=self.policy.lease_s)
             async with self.sessionmaker() as session, session.begin():
@@ -134,7 +168,7 @@ class Reconciler:
                 # If this fails (the queue is down), the lease given expires and the next round tries again.
                 await self.queue.requeue(GenerationJob.from_payload(row.job), row.lease_owner)
             return released
-        error = gave_up_error(row.attempts) if _resumable(row) else LOST_GENERATION_ERROR
+        error = gave_up_error(row.attempts) if resumable else LOST_GENERATION_ERROR
         await end_response(self.sessionmaker, bus, row.id, status="failed", error=error)
         return False
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from app.errors import ApiError, InvalidRequest, ServerError
+from app.errors import ApiError, InvalidRequest, ServerError, outage_error
 from app.generation.prompt import Turn
 from app.runtime import Runtime
 from app.services.context import ConnectionChain
@@ -77,10 +77,15 @@ class ResponsesSocketSession:
             self._last = None
             yield error_event(error, stream_id)
             return
-        except Exception:
-            logger.exception("a WebSocket response.create failed")
+        except Exception as error:
+            # An outage (database, Redis) is the same 503 the HTTP path answers; the connection stays usable.
             self._last = None
-            yield error_event(ServerError("The server had an error.", code="server_error"), stream_id)
+            unavailable = outage_error(error)
+            if unavailable is None:
+                logger.exception("a WebSocket response.create failed")
+            else:
+                logger.warning("a WebSocket response.create met an outage: %s", error)
+            yield error_event(unavailable or ServerError("The server had an error.", code="server_error"), stream_id)
             return
         self._remember(prepared, final)
 

@@ -5,7 +5,8 @@ response whose job died, a `response.failed`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -14,8 +15,18 @@ from app.db.repositories import responses as repository
 from app.errors import is_outage
 from app.queue.base import Subscription
 from app.runtime import Runtime
-from app.schemas.events import ErrorEvent, ResponseLifecycleEvent
+from app.schemas.events import (
+    ContentPartEvent,
+    ErrorEvent,
+    OutputItemEvent,
+    OutputTextDoneEvent,
+    ReasoningTextDoneEvent,
+    ResponseEvent,
+    ResponseLifecycleEvent,
+)
+from app.schemas.items import OutputText, ReasoningText
 from app.schemas.responses import TERMINAL_STATUSES, ResponseError, ResponseObject
+from app.services.assembly import STORED_ITEM
 from app.services.snapshots import response_from_row
 
 logger = logging.getLogger(__name__)
@@ -31,6 +42,71 @@ TERMINAL_GRACE_S = 5.0
 #: last events may still be on their way when its job's record goes).
 DEAD_JOB_POLLS = 2
 LOST_JOB_MESSAGE = "The worker generating this response stopped before it finished."
+
+
+class OpenItems:
+    """The output items a relayed stream opened and has not closed, with their text so far: a terminal event
+    that the relay makes itself (the generation never sent one) follows their `done` events, status
+    `incomplete`, so that a reader (the SDK's stream accumulator) sees every item end."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, dict[str, Any]] = {}  # item id -> the output_item.added event
+        self._parts: dict[str, dict[str, Any]] = {}  # item id -> its content_part.added event
+        self._text: dict[str, str] = {}
+
+    def see(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            self._items[event["item"]["id"]] = event
+        elif kind == "response.output_item.done":
+            for known in (self._items, self._parts, self._text):
+                known.pop(event["item"]["id"], None)
+        elif kind == "response.content_part.added":
+            self._parts[event["item_id"]] = event
+        elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
+            self._text[event["item_id"]] = self._text.get(event["item_id"], "") + event["delta"]
+
+    def close(self, sequence_number: int) -> list[dict[str, Any]]:
+        """The `done` events of every open item, numbered from `sequence_number`."""
+        events: list[ResponseEvent] = []
+        for item_id, added in sorted(self._items.items(), key=lambda entry: entry[1]["output_index"]):
+            index, text = added["output_index"], self._text.get(item_id, "")
+            number = sequence_number + len(events)
+            if added["item"]["type"] == "reasoning":
+                item = {**added["item"], "content": [ReasoningText(text=text).model_dump()], "status": "incomplete"}
+                events.append(
+                    ReasoningTextDoneEvent(
+                        sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
+                    )
+                )
+            else:
+                part = OutputText(type="output_text", text=text)
+                item = {**added["item"], "content": [part.model_dump()], "status": "incomplete"}
+                if item_id in self._parts:
+                    events.append(
+                        OutputTextDoneEvent(
+                            sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
+                        )
+                    )
+                    events.append(
+                        ContentPartEvent(
+                            type="response.content_part.done",
+                            sequence_number=number + 1,
+                            item_id=item_id,
+                            output_index=index,
+                            content_index=0,
+                            part=part,
+                        )
+                    )
+            events.append(
+                OutputItemEvent(
+                    type="response.output_item.done",
+                    sequence_number=sequence_number + len(events),
+                    output_index=index,
+                    item=STORED_ITEM.validate_python(item),
+                )
+            )
+        return [event.model_dump(mode="json") for event in events]
 
 
 async def _stored_events(runtime: Runtime, response_id: str, after: int) -> list[dict[str, Any]]:
@@ -50,44 +126,56 @@ async def _has_ended(runtime: Runtime, response_id: str) -> bool:
     return status is None or status in TERMINAL_STATUSES
 
 
-async def _closing_event(runtime: Runtime, response_id: str, sequence_number: int) -> dict[str, Any]:
-    """The terminal event the stored row stands for, for a stream whose own terminal event never came (a
-    reconciler ended it, its events were pruned, a live one was lost); an `error` event if it was deleted."""
+async def _closing_events(
+    runtime: Runtime, response_id: str, sequence_number: int, items: OpenItems
+) -> list[dict[str, Any]]:
+    """The terminal event the stored row stands for, after closing what the stream left open, for a stream whose
+    own terminal event never came (a reconciler ended it, its events were pruned, a live one was lost); an
+    `error` event if it was deleted."""
     async with runtime.sessionmaker() as session:
         row = await repository.get_by_id(session, response_id)
     if row is None or row.status not in TERMINAL_STATUSES:
         gone = ErrorEvent(
             sequence_number=sequence_number, code="response_not_found", message="This response was deleted."
         )
-        return gone.model_dump(mode="json")
+        return [gone.model_dump(mode="json")]
+    closing = items.close(sequence_number)
     event = ResponseLifecycleEvent(
-        type=f"response.{row.status}", sequence_number=sequence_number, response=response_from_row(row)
+        type=f"response.{row.status}",
+        sequence_number=sequence_number + len(closing),
+        response=response_from_row(row),
     )
-    return event.model_dump(mode="json")
+    return [*closing, event.model_dump(mode="json")]
 
 
-def _job_lost_events(snapshot: ResponseObject, sequence_number: int) -> list[dict[str, Any]]:
-    """`error` then `response.failed`, for an unstored response whose job can no longer finish."""
+def _job_lost_events(snapshot: ResponseObject, sequence_number: int, items: OpenItems) -> list[dict[str, Any]]:
+    """What the stream left open closed, `error`, then `response.failed`, for an unstored response whose job
+    can no longer finish."""
+    closing = items.close(sequence_number)
+    sequence_number += len(closing)
     failed = snapshot.model_copy(deep=True)
     failed.status = "failed"
     failed.error = ResponseError(code="server_error", message=LOST_JOB_MESSAGE)
     error = ErrorEvent(sequence_number=sequence_number, code="server_error", message=LOST_JOB_MESSAGE)
     terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number + 1, response=failed)
-    return [error.model_dump(mode="json"), terminal.model_dump(mode="json")]
+    return [*closing, error.model_dump(mode="json"), terminal.model_dump(mode="json")]
 
 
-async def _finish_from_store(runtime: Runtime, response_id: str, last: int) -> AsyncIterator[dict[str, Any]]:
+async def _finish_from_store(
+    runtime: Runtime, response_id: str, last: int, items: OpenItems
+) -> AsyncIterator[dict[str, Any]]:
     """The rest of a stored stream whose response has ended: its stored events, then a terminal one if none is."""
     for event in await _stored_events(runtime, response_id, last):
         yield event
         last = event["sequence_number"]
         if event["type"] in TERMINAL_EVENT_TYPES:
             return
-    yield await _closing_event(runtime, response_id, last + 1)
+    for closing in await _closing_events(runtime, response_id, last + 1, items):
+        yield closing
 
 
 async def _finish_live(
-    runtime: Runtime, response_id: str, subscription: Subscription, last: int
+    runtime: Runtime, response_id: str, subscription: Subscription, last: int, items: OpenItems
 ) -> AsyncIterator[dict[str, Any]]:
     """The rest of a live stream whose response has ended in the database.
 
@@ -110,7 +198,8 @@ async def _finish_live(
         last = live["sequence_number"]
         if live["type"] in TERMINAL_EVENT_TYPES:
             return
-    yield await _closing_event(runtime, response_id, last + 1)
+    for closing in await _closing_events(runtime, response_id, last + 1, items):
+        yield closing
 
 
 class _LiveFeed:
@@ -161,6 +250,36 @@ async def relay_events(
     reaching us. `snapshot`: an unstored response as created; if its job dies, the stream ends failed.
     `cancel_on_exit`: a foreground stream, whose generation stops when its client goes away.
     """
+    items = OpenItems()
+    relay = _relay(
+        runtime,
+        response_id,
+        subscription,
+        after=after,
+        replay=replay,
+        stored=stored,
+        cancel_on_exit=cancel_on_exit,
+        snapshot=snapshot,
+        items=items,
+    )
+    async with aclosing(relay):
+        async for event in relay:
+            items.see(event)
+            yield event
+
+
+async def _relay(
+    runtime: Runtime,
+    response_id: str,
+    subscription: Subscription,
+    *,
+    after: int,
+    replay: bool,
+    stored: bool,
+    cancel_on_exit: bool,
+    snapshot: ResponseObject | None,
+    items: OpenItems,
+) -> AsyncGenerator[dict[str, Any], None]:
     last = after
     ended = False
     feed = _LiveFeed(subscription)
@@ -174,7 +293,8 @@ async def relay_events(
                     ended = True
                     return
             if await _has_ended(runtime, response_id):  # over before we came: its terminal event was never stored
-                yield await _closing_event(runtime, response_id, last + 1)
+                for closing in await _closing_events(runtime, response_id, last + 1, items):
+                    yield closing
                 ended = True
                 return
         while True:
@@ -182,9 +302,9 @@ async def relay_events(
             if live is None:
                 if stored and await _has_ended(runtime, response_id):
                     finish = (
-                        _finish_from_store(runtime, response_id, last)
+                        _finish_from_store(runtime, response_id, last, items)
                         if replay or feed.broken
-                        else _finish_live(runtime, response_id, subscription, last)
+                        else _finish_live(runtime, response_id, subscription, last, items)
                     )
                     async for rest in finish:
                         yield rest
@@ -197,7 +317,7 @@ async def relay_events(
                 elif not stored and snapshot is not None:
                     dead_polls = 0 if await _job_alive(runtime, response_id) else dead_polls + 1
                     if dead_polls >= DEAD_JOB_POLLS:
-                        for event in _job_lost_events(snapshot, last + 1):
+                        for event in _job_lost_events(snapshot, last + 1, items):
                             yield event
                         ended = True
                         return

@@ -10,6 +10,7 @@ import anyio
 from app.db.models import ResponseRow
 from app.db.repositories import responses as repository
 from app.errors import ServerError, ServiceUnavailable
+from app.observability import logs
 from app.queue.base import GenerationJob, Subscription
 from app.runtime import Runtime
 from app.schemas.responses import ResponseObject, ResponseParams
@@ -49,6 +50,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
 
 async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
     """Store (when asked), commit, then enqueue: no job ever points at an uncommitted row."""
+    logs.bind(response_id=prepared.response.id, model=prepared.response.model)
     if prepared.job.store:
         await _store_new(runtime, prepared, tenant)
     elif prepared.conversation is not None:
@@ -69,7 +71,7 @@ async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: 
 
 async def _require_worker(runtime: Runtime, model: str) -> None:
     # A background job may wait in the queue for a worker; a client holding a connection should not.
-    if not await runtime.queue.workers_alive(model):
+    if not await runtime.queue.live_workers(model):
         raise ServiceUnavailable(
             f"No worker serving the model '{model}' is available to generate this response.",
             param="model",

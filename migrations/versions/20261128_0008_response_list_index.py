@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "20261128_0008"
-down_revision = "20261125_0005"
+down_revision = "20261126_0006"
 branch_labels = None
 depends_on = None
 

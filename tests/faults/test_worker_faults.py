@@ -1,7 +1,8 @@
 """Worker faults with real processes, the real model, a private Postgres and Redis: a SIGKILLed worker's
 background stream is taken over (by another worker, or by a new one) and goes on exactly once; a Redis restart
 kills no worker and loses no job; a database error at the final commit ends the response failed, not hung;
-cancel is honoured queued and generating. Each checks what the client sees and what the database holds.
+cancel is honoured queued, claimed but not started, and generating, and loses consistently to a response
+already finishing. Each checks what the client sees and what the database holds.
 
 The workers run with a 3 s lease and a 1 s reconciliation interval, so takeovers happen within seconds.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -92,7 +94,8 @@ def row(cluster: Cluster, response_id: str) -> dict[str, Any]:
     found = db_rows(
         cluster.database_url,
         "SELECT status, attempts, lease_owner, cancel_requested_at, job IS NULL AS job_dropped,"
-        " progress IS NULL AS progress_dropped FROM responses WHERE id = $1",
+        " NOT EXISTS (SELECT 1 FROM generation_progress WHERE response_id = $1) AS progress_dropped"
+        " FROM responses WHERE id = $1",
         response_id,
     )
     assert found, response_id
@@ -197,35 +200,41 @@ def test_a_redis_restart_kills_no_worker_and_loses_no_job(
     ) == len(queued), "a queued job ran twice"
 
 
+@contextmanager
+def injected(cluster: Cluster, name: str, trigger: str, body: str) -> Iterator[None]:
+    """A Postgres trigger `name` (`trigger`: "BEFORE UPDATE ON responses FOR EACH ROW WHEN (...)") running the
+    PL/pgSQL `body` while the block runs: a fault, or a pause that holds the worker at one stage."""
+    db_rows(cluster.database_url, f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$")
+    db_rows(cluster.database_url, f"CREATE TRIGGER {name} {trigger} EXECUTE FUNCTION {name}()")
+    try:
+        yield
+    finally:
+        db_rows(cluster.database_url, f"DROP TRIGGER {name} ON {trigger.split(' ON ')[1].split()[0]}")
+        db_rows(cluster.database_url, f"DROP FUNCTION {name}")
+
+
 def test_a_database_error_at_the_final_commit_fails_the_response_and_ends_the_stream(
     cluster: Cluster, api: ServerProcess, workers: list[ServerProcess], postgres: PostgresServer
 ) -> None:
     start_worker(cluster, workers, api)
-    db_rows(
-        cluster.database_url,
-        "CREATE FUNCTION refuse_final() RETURNS trigger LANGUAGE plpgsql AS"
-        " $$ BEGIN RAISE EXCEPTION 'injected fault at the final commit'; END $$",
-    )
-    db_rows(
-        cluster.database_url,
-        "CREATE TRIGGER refuse_final BEFORE UPDATE ON responses FOR EACH ROW"
-        " WHEN (NEW.status IN ('completed', 'incomplete')) EXECUTE FUNCTION refuse_final()",
-    )
-    try:
+    with injected(
+        cluster,
+        "refuse_final",
+        "BEFORE UPDATE ON responses FOR EACH ROW WHEN (NEW.status IN ('completed', 'incomplete'))",
+        "BEGIN RAISE EXCEPTION 'injected fault at the final commit'; END",
+    ):
         body = {**STREAM, "max_output_tokens": 16}
         reader = StreamReader("POST", f"{api.base_url}/v1/responses", body)
         reader.join(60)
         assert reader.done and reader.error is None
         terminal = reader.events[-1]
         assert terminal["type"] == "response.failed", [event["type"] for event in reader.events[-3:]]
+        assert_well_formed_stream(reader.events)  # the items it had opened closed, then `error`
         response_id = terminal["response"]["id"]
         got = httpx.get(f"{api.base_url}/v1/responses/{response_id}").json()
         assert got == terminal["response"] and got["error"]["code"] == "server_error"
         assert stored_events(api, response_id)[-1] == terminal
         assert row(cluster, response_id)["status"] == "failed"
-    finally:
-        db_rows(cluster.database_url, "DROP TRIGGER refuse_final ON responses")
-        db_rows(cluster.database_url, "DROP FUNCTION refuse_final")
 
 
 def test_cancel_is_honoured_queued_and_generating(
@@ -254,3 +263,79 @@ def test_cancel_is_honoured_queued_and_generating(
     assert row(cluster, response_id)["status"] == "cancelled"
     late = row(cluster, queued["id"])
     assert late["status"] == "cancelled" and late["attempts"] == 0, late
+
+
+#: How long an injected pause holds the worker at one stage: less than the 3 s lease, so that no reconciler
+#: takes the job meanwhile (the heartbeat's renewal waits on the same row).
+STAGE_PAUSE_S = 2
+
+
+def test_cancel_between_the_claim_and_the_start_of_generation_is_honoured(
+    cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]
+) -> None:
+    start_worker(cluster, workers, api)
+    # The worker has claimed the job and stores its first events before it starts the model: held there.
+    with injected(
+        cluster,
+        "hold_start",
+        "BEFORE INSERT ON response_events FOR EACH ROW WHEN (NEW.event->>'type' = 'response.in_progress')",
+        f"BEGIN PERFORM pg_sleep({STAGE_PAUSE_S}); RETURN NEW; END",
+    ):
+        reader = StreamReader("POST", f"{api.base_url}/v1/responses", {**STREAM, "max_output_tokens": 400})
+        assert reader.wait_for(lambda events: reader.response_id is not None, timeout_s=30), reader.error
+        response_id = reader.response_id
+        deadline = time.monotonic() + 30
+        while row(cluster, response_id)["status"] != "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Claimed (in progress, under a lease), not started: nothing but the API's opening events exist.
+        claimed = row(cluster, response_id)
+        assert claimed["status"] == "in_progress" and claimed["lease_owner"] is not None, claimed
+        assert (
+            db_fetch(cluster.database_url, "SELECT count(*) FROM response_events WHERE response_id = $1", response_id)
+            == 2
+        )
+        reply = httpx.post(f"{api.base_url}/v1/responses/{response_id}/cancel", timeout=30)
+    assert reply.status_code == 200 and reply.json()["status"] == "cancelled", reply.text
+    reader.join(60)
+    assert reader.done and reader.error is None
+    final = assert_well_formed_stream(reader.events)
+    assert reader.events[-1]["type"] == "response.cancelled" and final == reply.json()
+    assert httpx.get(f"{api.base_url}/v1/responses/{response_id}").json() == final
+    # The stored cancel stopped the model at its start: nowhere near its 400-token budget.
+    assert final["usage"]["output_tokens"] < 50, final["usage"]
+    held = row(cluster, response_id)
+    assert held["status"] == "cancelled" and held["cancel_requested_at"] is not None and held["attempts"] == 1, held
+    assert stored_events(api, response_id) == reader.events
+
+
+def test_cancel_while_the_final_state_is_stored_loses_to_it_consistently(
+    cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]
+) -> None:
+    start_worker(cluster, workers, api)
+    # The generation has ended and its final state is being written: held there while the cancel comes.
+    with injected(
+        cluster,
+        "hold_final",
+        "BEFORE UPDATE ON responses FOR EACH ROW"
+        " WHEN (OLD.status = 'in_progress' AND NEW.status IN ('completed', 'incomplete'))",
+        f"BEGIN PERFORM pg_sleep({STAGE_PAUSE_S}); RETURN NEW; END",
+    ):
+        reader = StreamReader("POST", f"{api.base_url}/v1/responses", {**STREAM, "max_output_tokens": 16})
+        finishing = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+        deadline = time.monotonic() + 90
+        while db_fetch(cluster.database_url, finishing) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        response_id = reader.response_id
+        assert response_id is not None and row(cluster, response_id)["status"] == "in_progress"
+        reply = httpx.post(f"{api.base_url}/v1/responses/{response_id}/cancel", timeout=30)
+    # The end was being stored first: the cancel answers with it, and nothing contradicts it afterwards.
+    assert reply.status_code == 200, reply.text
+    final_status = reply.json()["status"]
+    assert final_status in ("completed", "incomplete"), reply.json()
+    reader.join(60)
+    assert reader.done and reader.error is None
+    final = assert_well_formed_stream(reader.events)
+    assert final == reply.json() == httpx.get(f"{api.base_url}/v1/responses/{response_id}").json()
+    held = row(cluster, response_id)
+    assert held["status"] == final_status and held["job_dropped"] and held["progress_dropped"], held
+    assert stored_events(api, response_id) == reader.events

@@ -15,6 +15,7 @@ from app.db.repositories import jobs
 from app.db.session import create_engine, create_sessionmaker
 
 BEFORE = "20261124_0004"
+REVISION = "20261125_0005"
 NEW_COLUMNS = {"lease_owner", "lease_expires_at", "cancel_requested_at", "attempts", "progress"}
 
 
@@ -44,7 +45,7 @@ def test_old_in_progress_rows_count_as_expired_and_the_migration_downgrades(tmp_
             " updated_at) VALUES ('resp_old', 'public', 'in_progress', 'm', 1, 0, '{}', '[]',"
             " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
         )
-    command.upgrade(config, "head")
+    command.upgrade(config, REVISION)
     assert columns(path) >= NEW_COLUMNS
     assert asyncio.run(expired_rows(url)) == [("resp_old", 0, None)]
     command.downgrade(config, BEFORE)

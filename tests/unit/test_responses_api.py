@@ -171,9 +171,17 @@ async def test_a_generation_failure_ends_the_stream_with_error_then_failed(
     runner.fail_after = 2
     reply = await client.post("/v1/responses", json={"input": "hello", "stream": True})
     events = parse_sse(reply.text)
-    assert [event["type"] for event in events[-2:]] == ["error", "response.failed"]
+    # The message it had opened is closed first (incomplete), so the SDK's accumulator sees it end.
+    assert [event["type"] for event in events[-5:]] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
     assert "error" not in events[-2], "the SDK raises on a nested error key"
-    final = events[-1]["response"]
+    final = assert_well_formed_stream(events)
+    assert final["output"][0]["status"] == "incomplete"
     assert final["status"] == "failed" and final["error"]["code"] == "server_error"
     assert final["output"][0]["content"][0]["text"] == "the quick"
     assert (await client.get(f"/v1/responses/{final['id']}")).json() == final

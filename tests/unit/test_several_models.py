@@ -72,8 +72,8 @@ class Models:
 class BigModelUnserved(InProcessQueue):
     """As a distributed deployment whose workers for `big` are all gone."""
 
-    async def workers_alive(self, model: str | None = None) -> bool:
-        return model != "big"
+    async def live_workers(self, model: str | None = None) -> int:
+        return int(model != "big")
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
         return {model: ModelAvailability(0 if model == "big" else 1) for model in models}

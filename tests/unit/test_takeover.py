@@ -7,19 +7,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from app.db.base import utc_now
-from app.db.models import ResponseRow
+from app.db.models import GenerationProgressRow, ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.runtime import Runtime
 from app.services.recovery import Reconciler, RecoveryPolicy
-from app.services.streams import TERMINAL_EVENT_TYPES
 from tests.fakes import FakeRunner
 from tests.protocol import assert_well_formed_stream, parse_sse
 
@@ -63,6 +61,11 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     # The dead run's lease expires (1 s); nothing else ends the response until reconciliation looks.
     await asyncio.sleep(1.2)
     assert (await row_of(app_runtime, response_id)).status == "in_progress"
+    # Progress is appended, a row per stored event batch holding only what was new: no piece stored twice.
+    async with app_runtime.sessionmaker() as session:
+        steps = (await session.execute(select(GenerationProgressRow).order_by(GenerationProgressRow.position))).all()
+    assert [row.position for (row,) in steps] == list(range(len(steps))) and len(steps) > 1
+    assert [piece for (row,) in steps for piece in row.pieces] == ["w0", " w1", " w2", " w3", " w4"]
     report = await reconciler(app_runtime).run_round()
     assert report.taken_over == 1
     events = parse_sse((await live).text)
@@ -78,18 +81,9 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
     assert replayed == events
     row = await row_of(app_runtime, response_id)
-    assert row.attempts == 2 and row.job is None and row.progress is None
-
-
-def assert_ends_once(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """A stream ended by a verdict (not by its run): every event once, in order, one terminal event, last.
-    NOTE: the verdict does not close the items the run left open: it knows the stored row, not the model's."""
-    assert [event["sequence_number"] for event in events] == list(range(len(events)))
-    assert events[0]["type"] == "response.created"
-    terminal = [event for event in events if event["type"] in TERMINAL_EVENT_TYPES]
-    assert terminal == [events[-1]]
-    final: dict[str, Any] = events[-1]["response"]
-    return final
+    assert row.attempts == 2 and row.job is None
+    async with app_runtime.sessionmaker() as session:
+        assert await jobs.progress_of(session, response_id) is None  # dropped with the job
 
 
 async def test_a_job_is_failed_after_its_last_attempt_with_a_terminal_event(
@@ -104,8 +98,18 @@ async def test_a_job_is_failed_after_its_last_attempt_with_a_terminal_event(
     await asyncio.sleep(1.2)
     assert (await reconciler(app_runtime).run_round()).ended == 1
     events = parse_sse((await live).text)
-    final = assert_ends_once(events)
+    # Every item the runs opened is closed, then `error`, then `response.failed` with the output so far.
+    final = assert_well_formed_stream(events)
+    assert [event["type"] for event in events[-5:]] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
     assert final["status"] == "failed" and "2 times" in final["error"]["message"]
+    assert final["output"][0]["status"] == "incomplete"
+    assert final["output"][0]["content"][0]["text"].startswith("w0 w1 w2")
     replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
     assert replayed == events and replayed[-1]["type"] == "response.failed"
     assert (await client.get(f"/v1/responses/{response_id}")).json() == final
@@ -128,8 +132,8 @@ async def test_a_run_whose_response_was_ended_meanwhile_publishes_what_the_row_s
     ended = await Reconciler(app_runtime.sessionmaker, app_runtime.queue, policy).run_round()
     assert ended.ended == 1
     events = parse_sse((await live).text)
-    final = assert_ends_once(events)
-    assert final["status"] == "failed"
+    final = assert_well_formed_stream(events)
+    assert final["status"] == "failed" and final["output"][0]["content"][0]["text"].startswith("w0")
     assert (await client.get(f"/v1/responses/{response_id}")).json() == final
     # The run noticed at its next write and stopped: it stored nothing after the verdict.
     await until(lambda: runner.runs[response_id].cancelled)
@@ -168,6 +172,9 @@ async def test_a_cancel_of_a_response_whose_worker_died_ends_it_without_a_worker
     assert reply.status_code == 200 and reply.json()["status"] == "cancelled"
     events = parse_sse((await live).text)
     assert events[-1]["type"] == "response.cancelled" and events[-1]["response"] == reply.json()
+    # The output so far is kept, and the stream closed the message it had opened before ending.
+    final = assert_well_formed_stream(events)
+    assert final["output"][0]["content"][0]["text"] == "w0 w1 w2" and final["output"][0]["status"] == "incomplete"
     replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
     assert replayed == events
     assert len(runner.jobs) == 1  # nothing ran it again

@@ -9,10 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from sqlalchemy.exc import DBAPIError
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from app.config import Settings
+from app.db.repositories import responses as repository
 from app.main import create_app
 from tests.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
@@ -194,3 +198,35 @@ def test_an_open_connection_counts_toward_the_tenants_requests_in_flight(setup: 
     while setup.client.get("/v1/models").status_code == 429 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert setup.client.get("/v1/models").status_code == 200
+
+
+def _database_starting_up(*_: object, **__: object) -> None:
+    try:
+        raise asyncpg.exceptions.CannotConnectNowError("the database system is starting up")
+    except Exception as raised:
+        raise DBAPIError("INSERT", None, raised) from raised
+
+
+def _queue_gone(*_: object, **__: object) -> None:
+    raise RedisConnectionError("Error 111 connecting to redis")
+
+
+@pytest.mark.parametrize(("target", "outage"), [("insert_response", _database_starting_up), ("enqueue", _queue_gone)])
+def test_an_outage_is_the_same_503_as_http_and_the_socket_stays_usable(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, target: str, outage: Any
+) -> None:
+    with monkeypatch.context() as patch:
+        if target == "enqueue":
+            patch.setattr(type(setup.client.app.state.runtime.queue), "enqueue", outage)  # type: ignore[attr-defined]
+        else:
+            patch.setattr(repository, target, outage)
+        http = setup.client.post("/v1/responses", json={"input": "hi", "stream": True})
+        with setup.client.websocket_connect("/v1/responses") as socket:
+            socket.send_text(json.dumps({"type": "response.create", "input": "hi", "stream_id": "s"}))
+            error = json.loads(socket.receive_text())
+            patch.undo()
+            assert http.status_code == 503, http.text
+            assert error == {"type": "error", "status": 503, **http.json(), "stream_id": "s"}
+            SOCKET_EVENT.validate_python(error)
+            # The connection outlives the outage.
+            assert well_formed(create(socket, input="after"))["status"] == "completed"

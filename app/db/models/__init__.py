@@ -2,6 +2,7 @@
 
 from app.db.models.conversation import ConversationRow
 from app.db.models.conversation_item import ConversationItemRow
+from app.db.models.generation_progress import GenerationProgressRow
 from app.db.models.input_item import InputItemRow
 from app.db.models.output_item import OutputItemRow
 from app.db.models.response import ResponseRow
@@ -11,6 +12,7 @@ from app.db.models.server_secret import ServerSecretRow
 __all__ = [
     "ConversationItemRow",
     "ConversationRow",
+    "GenerationProgressRow",
     "InputItemRow",
     "OutputItemRow",
     "ResponseEventRow",

@@ -41,8 +41,6 @@ class ResponseRow(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: How many times a worker claimed the job (the first run, then each takeover).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    #: What the generation produced so far (text pieces, the ids it gave out), for a takeover to continue from.
-    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now, onupdate=utc_now)
     completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)

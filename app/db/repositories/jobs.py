@@ -6,13 +6,32 @@ once: whoever's update matched the row won; the others see a rowcount of 0 and b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, null, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import ResponseEventRow, ResponseRow
+from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStep:
+    """What a generation produced since its last stored step: appended as row `position`."""
+
+    position: int
+    pieces: list[str]
+    ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Everything a job's runs stored, in order, and how many rows it took (the next step's position)."""
+
+    pieces: list[str]
+    ids: list[str]
+    rows: int
 
 
 def _unheld(now: datetime) -> ColumnElement[bool]:
@@ -67,30 +86,62 @@ async def renew(
     owner: str,
     now: datetime,
     lease_until: datetime | None,
-    progress: dict[str, Any] | None = None,
+    progress: ProgressStep | None = None,
 ) -> tuple[bool, bool]:
-    """Extend the lease (and store progress) while `owner` holds it: (still held, cancel requested)."""
+    """Extend the lease (and append a progress step) while `owner` holds it: (still held, cancel requested)."""
     values: dict[str, Any] = {"heartbeat_at": now}
     if lease_until is not None:
         values["lease_expires_at"] = lease_until
-    if progress is not None:
-        values["progress"] = progress
     if not await _update(session, values, ResponseRow.id == response_id, _held_by(owner)):
         return False, False
+    if progress is not None:
+        session.add(
+            GenerationProgressRow(
+                response_id=response_id, position=progress.position, pieces=progress.pieces, ids=progress.ids
+            )
+        )
+        await session.flush()
     query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id)
     return True, (await session.execute(query)).scalar_one_or_none() is not None
 
 
+async def progress_of(session: AsyncSession, response_id: str) -> Progress | None:
+    """The progress a job's runs stored, joined; None when there is none."""
+    query = (
+        select(GenerationProgressRow.pieces, GenerationProgressRow.ids)
+        .where(GenerationProgressRow.response_id == response_id)
+        .order_by(GenerationProgressRow.position)
+    )
+    steps = (await session.execute(query)).all()
+    if not steps:
+        return None
+    return Progress(
+        pieces=[piece for pieces, _ in steps for piece in pieces],
+        ids=[id_ for _, ids in steps for id_ in ids],
+        rows=len(steps),
+    )
+
+
+async def _drop_progress(session: AsyncSession, response_id: str) -> None:
+    await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
+
+
 async def finish_held(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
     """The final state of a response whose job `owner` still holds; the job and its progress are dropped."""
-    final = {**values, "job": null(), "progress": null(), "lease_expires_at": None}
-    return await _update(session, final, ResponseRow.id == response_id, _held_by(owner))
+    final = {**values, "job": null(), "lease_expires_at": None}
+    if not await _update(session, final, ResponseRow.id == response_id, _held_by(owner)):
+        return False
+    await _drop_progress(session, response_id)
+    return True
 
 
 async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, values: dict[str, Any]) -> bool:
     """End a response nobody holds (queued, or its lease expired): a cancel, or a reconciler's verdict."""
-    final = {**values, "job": null(), "progress": null(), "lease_expires_at": None}
-    return await _update(session, final, ResponseRow.id == response_id, _unheld(now))
+    final = {**values, "job": null(), "lease_expires_at": None}
+    if not await _update(session, final, ResponseRow.id == response_id, _unheld(now)):
+        return False
+    await _drop_progress(session, response_id)
+    return True
 
 
 async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime, until: datetime) -> bool:
@@ -171,3 +222,15 @@ async def last_event(session: AsyncSession, response_id: str) -> dict[str, Any] 
         .limit(1)
     )
     return (await session.execute(query)).scalar_one_or_none()
+
+
+async def get_for_update(session: AsyncSession, response_id: str) -> ResponseRow | None:
+    """The row, locked until the transaction ends (Postgres; SQLite serialises writers anyway): its progress is
+    read to end the response, and must not change before the ending is written."""
+    query = select(ResponseRow).where(ResponseRow.id == response_id).with_for_update()
+    return (await session.execute(query.execution_options(populate_existing=True))).scalar_one_or_none()
+
+
+async def reload(session: AsyncSession, response_id: str) -> ResponseRow | None:
+    """The row as it is now, after a conditional update in this session."""
+    return await session.get(ResponseRow, response_id, populate_existing=True)

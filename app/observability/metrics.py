@@ -1,0 +1,161 @@
+"""The Prometheus metrics of every process (API node, worker, embedded server), and their exposition.
+
+Defined once at import, as prometheus-client intends: counters must outlive any one app or request. With
+PROMETHEUS_MULTIPROC_DIR set (before the process starts), several processes serving one port (uvicorn
+--workers, gunicorn) share their values through that folder, and an exposition sums them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+PREFIX = "llama_responses"
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+#: Request latencies: fast reads (ms) up to long foreground generations (minutes).
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+TOKENS_PER_S_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
+WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+HTTP_REQUESTS = Counter(
+    f"{PREFIX}_http_requests_total",
+    "HTTP requests answered, by method, route template and status code.",
+    ["method", "route", "status"],
+    registry=REGISTRY,
+)
+HTTP_LATENCY = Histogram(
+    f"{PREFIX}_http_request_duration_seconds",
+    "From a request's arrival to the end of its reply (a stream's last event included).",
+    ["method", "route"],
+    buckets=LATENCY_BUCKETS_S,
+    registry=REGISTRY,
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    f"{PREFIX}_time_to_first_token_seconds",
+    "From a response's creation to its first generated text (queue wait and prefill included).",
+    ["model"],
+    buckets=TTFT_BUCKETS_S,
+    registry=REGISTRY,
+)
+TOKENS_PER_SECOND = Histogram(
+    f"{PREFIX}_output_tokens_per_second",
+    "Decode speed of one generation: output tokens over the time from its first token to its end.",
+    ["model"],
+    buckets=TOKENS_PER_S_BUCKETS,
+    registry=REGISTRY,
+)
+RESPONSES = Counter(
+    f"{PREFIX}_responses_total",
+    "Generations ended, by final status (completed, incomplete, failed, cancelled).",
+    ["model", "status"],
+    registry=REGISTRY,
+)
+PROMPT_TOKENS = Counter(f"{PREFIX}_prompt_tokens_total", "Prompt tokens read.", ["model"], registry=REGISTRY)
+OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens_total", "Tokens generated.", ["model"], registry=REGISTRY)
+QUEUE_DEPTH = Gauge(
+    f"{PREFIX}_queue_depth",
+    "Generation jobs waiting for a worker (or, embedded, for a free sequence), as of the last scrape.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="max",
+)
+QUEUE_WAIT = Histogram(
+    f"{PREFIX}_queue_wait_seconds",
+    "From a response's creation to a worker (or the embedded server) starting its generation.",
+    ["model"],
+    buckets=WAIT_BUCKETS_S,
+    registry=REGISTRY,
+)
+ACTIVE_SEQUENCES = Gauge(
+    f"{PREFIX}_active_sequences",
+    "Sequences of the model decoding now.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+FREE_SEQUENCES = Gauge(
+    f"{PREFIX}_free_sequences",
+    "Sequences of the model free for another generation.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+PREFIX_CACHE_HITS = Counter(
+    f"{PREFIX}_prefix_cache_hits_total",
+    "Generations that reused KV state of an earlier prompt (a shared prefix).",
+    ["model"],
+    registry=REGISTRY,
+)
+PREFIX_CACHE_REUSED_TOKENS = Counter(
+    f"{PREFIX}_prefix_cache_reused_tokens_total",
+    "Prompt tokens not read again thanks to reused KV state.",
+    ["model"],
+    registry=REGISTRY,
+)
+PREFIX_CACHE_BYTES = Gauge(
+    f"{PREFIX}_prefix_cache_bytes",
+    "Memory held by saved KV states for prefix reuse.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+WORKER_HEARTBEATS = Counter(
+    f"{PREFIX}_worker_heartbeats_total", "Heartbeats a worker wrote to Redis.", registry=REGISTRY
+)
+WORKERS = Gauge(
+    f"{PREFIX}_workers",
+    "Workers alive (registered, heartbeat fresh) as of the last scrape; 1 in embedded mode.",
+    registry=REGISTRY,
+    multiprocess_mode="max",
+)
+DATABASE_ERRORS = Counter(
+    f"{PREFIX}_database_errors_total", "Database statements that raised (outages included).", registry=REGISTRY
+)
+REDIS_ERRORS = Counter(
+    f"{PREFIX}_redis_errors_total",
+    "Redis failures this process handled: a request refused for want of the queue, an event not published, a "
+    "worker's failed poll, a metrics scrape that could not read the queue.",
+    registry=REGISTRY,
+)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def exposed_registry() -> CollectorRegistry:
+    """This process's metrics, or those of every process sharing PROMETHEUS_MULTIPROC_DIR, summed."""
+    if multiprocess_dir() is None:
+        return REGISTRY
+    combined = CollectorRegistry()
+    multiprocess.MultiProcessCollector(combined)  # type: ignore[no-untyped-call]
+    return combined
+
+
+def exposition() -> tuple[bytes, str]:
+    """The Prometheus text format and its content type."""
+    return generate_latest(exposed_registry()), CONTENT_TYPE_LATEST
+
+
+def defined_names() -> set[str]:
+    """Every series name the registry exposes (a histogram's _bucket, _sum and _count included)."""
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+        if family.type == "histogram":
+            names.update(f"{family.name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
