@@ -244,7 +244,8 @@ class LlamaEngine:
         slot.tokens = prompt[:reused]
         slot.scope = scope
         slot.pending = prompt[reused:]
-        slot.sampler = self._sampler(request.sampling)
+        resumed = request.sampling.resumed_output_tokens
+        slot.sampler = self._sampler(request.sampling, prompt[len(prompt) - resumed :] if resumed else [])
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         slot.budget, slot.produced, slot.cached = budget, 0, reused
         slot.top_logprobs = request.sampling.top_logprobs
@@ -280,7 +281,8 @@ class LlamaEngine:
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
         slot.tokens = []
 
-    def _sampler(self, sampling: SamplingParams) -> llama_cpp.llama_sampler_p:
+    def _sampler(self, sampling: SamplingParams, written: list[int]) -> llama_cpp.llama_sampler_p:
+        """The sampler chain for `sampling`, having accepted `written` (the output of an earlier run)."""
         chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(
             llama_cpp.llama_sampler_chain_default_params()
         )
@@ -292,6 +294,7 @@ class LlamaEngine:
                     self._n_vocab, self.n_ctx, 1.0, sampling.frequency_penalty, sampling.presence_penalty
                 ),
             )
+        grammar: llama_cpp.llama_sampler_p | None = None
         if sampling.grammar:
             grammar = llama_cpp.llama_sampler_init_grammar(self._vocab, sampling.grammar.encode(), b"root")
             if not grammar:
@@ -304,6 +307,13 @@ class LlamaEngine:
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(random.getrandbits(32)))
+        for token in written:
+            # NOTE: llama.cpp's grammar throws (a C++ exception: the process aborts) on a token it cannot accept,
+            # so each is checked first; text the grammar produced re-tokenizes into tokens it accepts.
+            if grammar is not None and not _grammar_allows(grammar, token):
+                llama_cpp.llama_sampler_free(chain)
+                raise EngineError("the output so far does not fit the output grammar")
+            llama_cpp.llama_sampler_accept(chain, token)
         return chain
 
     def _step(self) -> None:
@@ -427,3 +437,11 @@ class LlamaEngine:
                 self._release(slot)
                 self._clear(slot)
                 request.emit(GenerationFailed(message))
+
+
+def _grammar_allows(grammar: llama_cpp.llama_sampler_p, token: int) -> bool:
+    """Whether the grammar, in its state now, lets `token` come next (it masks the token's logit otherwise)."""
+    candidate = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+    array = llama_cpp.llama_token_data_array(candidate, 1, -1, False)
+    llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
+    return bool(math.isfinite(candidate[0].logit))

@@ -26,6 +26,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     #: None: no logprobs (the fast path). N >= 0: each token's logprob and its N likeliest alternatives.
     top_logprobs: int | None = None
+    #: A takeover: the prompt's last N tokens are the output an earlier run wrote. They go through the sampler
+    #: (its grammar's state, its penalties) before it samples, as if this run had sampled them.
+    resumed_output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

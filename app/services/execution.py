@@ -67,9 +67,9 @@ class JobExecution:
         #: The text pieces given to the assembler, in order: with `ids`, what a takeover replays.
         self.pieces: list[str] = []
         self.progress: jobs.Progress | None = None
-        #: How much of `pieces` and of the ids is stored, and in how many progress rows: each store appends
-        #: only what is new (a rewrite on every event would grow with the square of the length).
-        self._stored = jobs.Progress(pieces=[], ids=[], rows=0)
+        #: How many of `pieces` and of the ids are stored, in how many progress rows: each store appends only
+        #: what is new (a rewrite on every event would grow with the square of the length).
+        self._stored_pieces = self._stored_ids = self._stored_rows = 0
         self.cancel_requested = False
         self.resumed = False
         self.prior_tokens = 0
@@ -83,15 +83,16 @@ class JobExecution:
 
     def _progress_step(self) -> jobs.ProgressStep | None:
         """What is new since the last stored step; None when nothing is."""
-        pieces, ids = self.pieces[len(self._stored.pieces) :], self.ids.recorded[len(self._stored.ids) :]
+        pieces, ids = self.pieces[self._stored_pieces :], self.ids.recorded[self._stored_ids :]
         if not pieces and not ids:
             return None
-        return jobs.ProgressStep(position=self._stored.rows, pieces=list(pieces), ids=list(ids))
+        return jobs.ProgressStep(position=self._stored_rows, pieces=pieces, ids=ids)
 
     def _step_stored(self, step: jobs.ProgressStep | None) -> None:
         if step is not None:
-            stored = self._stored
-            self._stored = jobs.Progress(stored.pieces + step.pieces, stored.ids + step.ids, stored.rows + 1)
+            self._stored_pieces += len(step.pieces)
+            self._stored_ids += len(step.ids)
+            self._stored_rows += 1
 
     async def _claim(self) -> bool:
         """Take the job under a lease: False when it was cancelled, has ended, or another worker holds it."""
@@ -121,11 +122,16 @@ class JobExecution:
             return self.job
         self.resumed = True
         self.assembler, self.ids, self.pieces = replay_progress(self.job, self.progress.pieces, self.progress.ids)
-        self._stored = self.progress
+        self._stored_pieces, self._stored_ids = len(self.progress.pieces), len(self.progress.ids)
+        self._stored_rows = self.progress.rows
         written = await runner.tokenize(self.job.model, "".join(self.pieces)) if self.pieces else []
         self.prior_tokens = len(written)
         cap = self.job.sampling.max_output_tokens
-        sampling = replace(self.job.sampling, max_output_tokens=None if cap is None else max(cap - len(written), 0))
+        sampling = replace(
+            self.job.sampling,
+            max_output_tokens=None if cap is None else max(cap - len(written), 0),
+            resumed_output_tokens=len(written),
+        )
         return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
 
     async def _store(self, payloads: list[dict[str, Any]], final: ResponseObject | None) -> None:

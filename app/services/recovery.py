@@ -22,6 +22,7 @@ from app.db.repositories import responses as repository
 from app.generation.types import Finish
 from app.queue.base import EventBus, GenerationJob, GenerationQueue
 from app.runtime import Runtime
+from app.schemas.events import ErrorEvent
 from app.services.job_progress import final_values, publish_quietly, replay_progress, terminal_event
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,9 @@ def _ending(
     had opened, so that a stream reader sees each item end (and `error` before `response.failed`)."""
     values: dict[str, Any] = {"status": status, "error": error}
     if row.job is None or progress is None or not progress.pieces:
-        return values, []  # nothing said, nothing open
+        # Nothing said, nothing open; a failure still says why before `response.failed`.
+        said = [] if error is None else [ErrorEvent(sequence_number=0, code=error["code"], message=error["message"])]
+        return values, [event.model_dump(mode="json") for event in said]
     job = GenerationJob.from_payload(row.job)
     assembler, _, pieces = replay_progress(job, progress.pieces, progress.ids)
     if status == "failed":
@@ -91,11 +94,12 @@ async def end_response(
     so far: with stored events (closing what was open, then the terminal one) when its events are kept, so a
     replay ends, published for live streams. The terminal event, or None when someone holds it or it has ended."""
     async with sessionmaker() as session, session.begin():
-        row = await jobs.get_for_update(session, response_id)
-        if row is None:
+        now = utc_now()
+        row = await jobs.lock_unheld(session, response_id, now=now)
+        if row is None:  # held (its worker ends it) or ended: nothing to rebuild
             return None
         values, closing = _ending(row, await jobs.progress_of(session, response_id), status, error)
-        if not await jobs.end_unheld(session, response_id, now=utc_now(), values=values):
+        if not await jobs.end_unheld(session, response_id, now=now, values=values):
             return None
         row = await jobs.reload(session, response_id)
         if row is None:
@@ -120,9 +124,9 @@ def _resumable(row: ResponseRow, progress: jobs.Progress | None) -> bool:
         return False
     if progress is None or not progress.pieces:
         return True
-    sampling = row.job.get("sampling", {})
-    # A grammar's state and logprobs are not carried over: such a job starts again only if it had said nothing.
-    return sampling.get("grammar") is None and sampling.get("top_logprobs") is None
+    # NOTE: a grammar's state is carried over (the takeover's sampler accepts the text so far); the logprobs of
+    # what was said are not stored, so a logprobs job goes on only if it had said nothing.
+    return row.job.get("sampling", {}).get("top_logprobs") is None
 
 
 @dataclass

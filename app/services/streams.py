@@ -140,10 +140,14 @@ async def _closing_events(
         )
         return [gone.model_dump(mode="json")]
     closing = items.close(sequence_number)
+    response = response_from_row(row)
+    if response.error is not None:  # `error` comes before `response.failed`, as from a generation that failed
+        error = ErrorEvent(
+            sequence_number=sequence_number + len(closing), code=response.error.code, message=response.error.message
+        )
+        closing.append(error.model_dump(mode="json"))
     event = ResponseLifecycleEvent(
-        type=f"response.{row.status}",
-        sequence_number=sequence_number + len(closing),
-        response=response_from_row(row),
+        type=f"response.{row.status}", sequence_number=sequence_number + len(closing), response=response
     )
     return [*closing, event.model_dump(mode="json")]
 

@@ -9,6 +9,7 @@ The workers run with a 3 s lease and a 1 s reconciliation interval, so takeovers
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens
 #: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
 #: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.
 TAKEOVER_BOUND_S = 120
-READY_LINE = re.compile(r"worker (worker_\w+) ready: model ")
+READY_LINE = re.compile(r"worker (worker_\w+) ready: models? ")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -149,6 +150,35 @@ def test_a_worker_killed_mid_stream_is_taken_over_by_another_worker(
     response_id, killed_at = kill_the_holder(cluster, reader, [first, second])
     report_resumed(reader, killed_at, "second worker alive")
     assert_taken_over(cluster, api, reader, response_id)
+
+
+#: Structured output long enough to be cut mid-document: twenty small numbers (~60 tokens), well within budget.
+NUMBERS = {
+    "type": "object",
+    "properties": {"numbers": {"type": "array", "items": {"enum": [1, 2, 3]}, "minItems": 20, "maxItems": 20}},
+    "required": ["numbers"],
+    "additionalProperties": False,
+}
+
+
+def test_a_structured_output_stream_is_taken_over_with_its_grammar_where_it_stopped(
+    cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]
+) -> None:
+    first = start_worker(cluster, workers, api)
+    second = start_worker(cluster, workers, api)
+    body = {
+        **STREAM,
+        "input": "List twenty numbers.",
+        "max_output_tokens": 160,
+        "text": {"format": {"type": "json_schema", "name": "numbers", "schema": NUMBERS}},
+    }
+    reader = StreamReader("POST", f"{api.base_url}/v1/responses", body)
+    response_id, killed_at = kill_the_holder(cluster, reader, [first, second])
+    report_resumed(reader, killed_at, "structured output, second worker alive")
+    assert_taken_over(cluster, api, reader, response_id)
+    # The takeover's grammar went on from the text so far: one valid document, not a second one started over.
+    text = reader.events[-1]["response"]["output"][0]["content"][0]["text"]
+    assert len(json.loads(text)["numbers"]) == 20, text
 
 
 def test_a_worker_killed_mid_stream_alone_is_taken_over_after_it_restarts(

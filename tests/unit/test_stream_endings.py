@@ -104,7 +104,8 @@ async def test_a_replay_without_a_stored_terminal_event_ends_with_the_row(
     assert replayed[:5] == events[:5]
     # What the replay had opened is closed before the terminal event: a well-formed stream for the SDK.
     assert assert_well_formed_stream(replayed) == (await client.get(f"/v1/responses/{response_id}")).json()
-    assert replayed[-1]["type"] == "response.failed"
+    assert [event["type"] for event in replayed[-2:]] == ["error", "response.failed"]
+    assert replayed[-2]["message"] == error["message"]
 
 
 async def test_a_pruned_replay_ends_with_the_stored_response(client: httpx.AsyncClient, app_runtime: Runtime) -> None:

@@ -178,3 +178,65 @@ async def test_a_cancel_of_a_response_whose_worker_died_ends_it_without_a_worker
     replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
     assert replayed == events
     assert len(runner.jobs) == 1  # nothing ran it again
+
+
+async def test_a_structured_output_job_is_taken_over_with_its_grammar_fed_the_text_so_far(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, ['{"a":', " 1}"], 1
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    body = {**STREAM, "text": {"format": {"type": "json_schema", "name": "a", "schema": schema}}}
+    live = asyncio.create_task(client.post("/v1/responses", json=body))
+    response_id = await started(runner)
+    runner.crash_after = None
+    await asyncio.sleep(1.2)
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    assert_well_formed_stream(parse_sse((await live).text))
+    first, again = runner.jobs
+    written = await runner.tokenize(first.model, '{"a":')
+    # The engine feeds the grammar the prompt's last tokens, the text so far, before it samples.
+    assert first.sampling.grammar is not None and again.sampling.grammar == first.sampling.grammar
+    assert again.sampling.resumed_output_tokens == len(written) and again.prompt_tokens[-len(written) :] == written
+    assert (await row_of(app_runtime, response_id)).attempts == 2
+
+
+async def test_a_logprobs_job_that_had_said_something_is_failed_not_taken_over(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    # NOTE: the logprobs of what the first run said are not stored, so the final output could not carry them.
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(12)], 3
+    live = asyncio.create_task(client.post("/v1/responses", json={**STREAM, "top_logprobs": 2}))
+    await started(runner)
+    await asyncio.sleep(1.2)
+    report = await reconciler(app_runtime).run_round()
+    assert report.taken_over == 0 and report.ended == 1
+    final = assert_well_formed_stream(parse_sse((await live).text))
+    assert final["status"] == "failed" and final["output"][0]["content"][0]["text"] == "w0 w1 w2"
+
+
+async def test_a_background_job_without_a_stream_is_taken_over_from_what_its_heartbeat_stored(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    # No events are kept: the heartbeat (every lease / 3) appends what is new to the progress.
+    runner.delay_s, runner.reply, runner.crash_after = 0.1, [f"w{index}" for index in range(8)], 6
+    created = (await client.post("/v1/responses", json={"input": "hi", "background": True})).json()
+    await started(runner)
+    await until(lambda: runner.runs[created["id"]].produced == 6)
+    runner.crash_after = None
+    await asyncio.sleep(1.2)  # the dead run's lease expires
+    async with app_runtime.sessionmaker() as session:
+        progress = await jobs.progress_of(session, created["id"])
+    assert progress is not None and progress.pieces == [f"{' ' if n else ''}w{n}" for n in range(len(progress.pieces))]
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    await started(runner, 2)
+    written = await runner.tokenize("fake-model", "".join(progress.pieces))
+    assert runner.jobs[1].prompt_tokens == [*runner.jobs[0].prompt_tokens, *written]
+    await until(lambda: runner.runs[created["id"]].produced == 8)
+    done = (await client.get(f"/v1/responses/{created['id']}")).json()
+    for _ in range(100):
+        if done["status"] == "completed":
+            break
+        await asyncio.sleep(0.02)
+        done = (await client.get(f"/v1/responses/{created['id']}")).json()
+    assert done["status"] == "completed"
+    assert done["output"][0]["content"][0]["text"] == "".join(progress.pieces) + "w0 w1 w2 w3 w4 w5 w6 w7"

@@ -224,10 +224,11 @@ async def last_event(session: AsyncSession, response_id: str) -> dict[str, Any] 
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def get_for_update(session: AsyncSession, response_id: str) -> ResponseRow | None:
-    """The row, locked until the transaction ends (Postgres; SQLite serialises writers anyway): its progress is
-    read to end the response, and must not change before the ending is written."""
-    query = select(ResponseRow).where(ResponseRow.id == response_id).with_for_update()
+async def lock_unheld(session: AsyncSession, response_id: str, *, now: datetime) -> ResponseRow | None:
+    """The row if nobody holds it (queued, or its lease expired), locked until the transaction ends (Postgres;
+    SQLite serialises writers anyway): its progress is read to end it, and must not change before the end is
+    written. None when it is held or has ended."""
+    query = select(ResponseRow).where(ResponseRow.id == response_id, _unheld(now)).with_for_update()
     return (await session.execute(query.execution_options(populate_existing=True))).scalar_one_or_none()
 
 

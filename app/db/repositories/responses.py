@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, delete, exists, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
+from app.db.models import GenerationProgressRow, InputItemRow, ResponseEventRow, ResponseRow
 from app.db.repositories.paging import page_by_position
 
 MAX_CHAIN_DEPTH = 10_000
@@ -117,7 +117,9 @@ async def transition(
 
 
 async def fail_unfinished(session: AsyncSession, *, error: dict[str, Any]) -> int:
-    """Mark every queued or in-progress response failed; returns how many there were."""
+    """Mark every queued or in-progress response failed (their progress dropped); returns how many there were."""
+    unfinished = select(ResponseRow.id).where(ResponseRow.status.in_(("queued", "in_progress")))
+    await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id.in_(unfinished)))
     return await _update_while_status(session, ("queued", "in_progress"), {"status": "failed", "error": error})
 
 
