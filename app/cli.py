@@ -9,6 +9,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.generation.types import ModelLoadError
 from app.model_registry.loading import load_registry
 from app.model_registry.spec import ModelConfigError
 from app.operator_cli import add_commands
@@ -81,7 +82,10 @@ def _worker(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format)
     if args.metrics_port is not None:
         serve_metrics(args.metrics_host, args.metrics_port)
-    SupervisedWorker(**worker_settings(settings, models)).run()
+    try:
+        SupervisedWorker(**worker_settings(settings, models)).run()
+    except ModelLoadError as error:  # one of its models could not be loaded before its first heartbeat
+        return _fail(error)
     return 0
 
 

@@ -217,11 +217,3 @@ class Settings(BaseSettings):
     @property
     def served_model_id(self) -> str:
         return self.model_id or self.resolved_model_path.stem
-
-    @property
-    def model_created(self) -> int:
-        """Unix time of the model file, for /v1/models (0 where there is no file, as with a test double)."""
-        try:
-            return int(self.resolved_model_path.stat().st_mtime)
-        except ModelNotFoundError:
-            return 0

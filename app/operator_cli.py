@@ -13,11 +13,12 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.deps import OPEN_TENANT, tenant_of_key
+from app.api.paging import page_request
 from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.db.session import create_engine, create_sessionmaker
 from app.errors import ApiError
-from app.schemas.paging import MAX_PAGE_LIMIT, PageRequest
+from app.schemas.paging import MAX_PAGE_LIMIT
 from app.schemas.response_list import ResponseFilters
 from app.services.response_list import list_responses
 from app.services.responses import delete_finished_response, get_response
@@ -90,16 +91,9 @@ def _responses(args: argparse.Namespace) -> int:
     tenant = _tenant(args)
     try:
         if args.action == "list":
-            if not 1 <= args.limit <= MAX_PAGE_LIMIT:
-                raise ApiError(f"--limit must be between 1 and {MAX_PAGE_LIMIT}")
+            request = page_request(args.limit, "desc", args.after)
             filters = ResponseFilters(status=args.status, model=args.model)
-            page = _with_database(
-                _in_session(
-                    lambda session: list_responses(
-                        session, tenant, filters, PageRequest(limit=args.limit, after=args.after)
-                    )
-                )
-            )
+            page = _with_database(_in_session(lambda session: list_responses(session, tenant, filters, request)))
             if args.json:
                 print(page.model_dump_json(indent=2))
                 return 0

@@ -198,7 +198,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     for queue_name in [*(model_queue(model) for model in models[1:]), worker_queue(ctx["worker_id"])]:
         tasks[f"worker on {queue_name}"] = partial(_run_queue, ctx, queue_name)
     ctx["background"] = [asyncio.create_task(supervise(name, task)) for name, task in tasks.items()]
-    logger.info("worker %s ready: models %s", ctx["worker_id"], ", ".join(models))
+    # NOTE: "ready: model " is what the fault tests (and operators' log searches) look for, with one model or several.
+    logger.info("worker %s ready: model %s", ctx["worker_id"], ", ".join(models))
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:

@@ -97,8 +97,15 @@ class JobObserver:
             "generation %s: %d output tokens in %.2f s", status, output_tokens, (end_ns - self.started_ns) / 1e9
         )
         if self.started_ns:
-            tracing.record_span("prefill", self.started_ns, first_ns)
-            tracing.record_span("decode", first_ns, end_ns, {"llama_responses.status": status})
+            read: dict[str, int] = {}
+            if finish is not None:
+                read = {
+                    "llama_responses.prompt_tokens": finish.prompt_tokens,
+                    "llama_responses.cached_tokens": finish.cached_tokens,
+                }
+            tracing.record_span("prefill", self.started_ns, first_ns, read)
+            written = {"llama_responses.status": status, "llama_responses.output_tokens": output_tokens}
+            tracing.record_span("decode", first_ns, end_ns, written)
         if finish is None:
             return
         PROMPT_TOKENS.labels(self.model).inc(finish.prompt_tokens)

@@ -110,6 +110,20 @@ PREFIX_CACHE_BYTES = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livesum",
 )
+MODEL_WORKERS = Gauge(
+    f"{PREFIX}_model_workers",
+    "Processes that can run the model's jobs now (workers serving it; 1 in embedded mode), as of the last scrape.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="max",
+)
+MODEL_LOADED = Gauge(
+    f"{PREFIX}_model_loaded",
+    "Embedded mode: 1 while the model's weights are in memory (models load on first use and may be unloaded).",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="max",
+)
 WORKER_HEARTBEATS = Counter(
     f"{PREFIX}_worker_heartbeats_total", "Heartbeats a worker wrote to Redis.", registry=REGISTRY
 )

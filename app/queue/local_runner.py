@@ -50,6 +50,8 @@ class LocalRunner:
     def __init__(self, engine: LlamaEngine) -> None:
         self.engine = engine
         self._runs: dict[str, LocalRun] = {}
+        #: The models whose gauges this runner set (one, in practice), zeroed when it closes.
+        self._reported: set[str] = set()
 
     def start(self, job: GenerationJob) -> LocalRun:
         model = job.model
@@ -64,6 +66,7 @@ class LocalRunner:
         return run
 
     def _report(self, model: str) -> None:
+        self._reported.add(model)
         engine = self.engine
         report_sequences(model, running=len(self._runs), slots=engine.slots, prefix_cache_bytes=engine.cached_bytes)
 
@@ -77,3 +80,5 @@ class LocalRunner:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.close)
+        for model in self._reported:  # an unloaded model holds no sequences and no saved prefixes
+            report_sequences(model, running=0, slots=0, prefix_cache_bytes=0)

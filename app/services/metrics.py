@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from app.observability.metrics import QUEUE_DEPTH, REDIS_ERRORS, WORKERS, exposition
+from app.observability.metrics import MODEL_LOADED, MODEL_WORKERS, QUEUE_DEPTH, REDIS_ERRORS, WORKERS, exposition
 from app.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -13,9 +13,6 @@ logger = logging.getLogger(__name__)
 async def render_metrics(runtime: Runtime) -> tuple[bytes, str]:
     """(body, content type). A queue that cannot be read leaves its gauges as they were: metrics matter most
     during an outage, so the scrape still answers."""
-    if runtime.settings.embedded:  # this process generates, and its runner reports its own queue
-        WORKERS.set(1)
-        return exposition()
     try:
         availability = await runtime.queue.availability(runtime.models.ids)
         workers = await runtime.queue.live_workers()
@@ -25,5 +22,10 @@ async def render_metrics(runtime: Runtime) -> tuple[bytes, str]:
     else:
         WORKERS.set(workers)
         for model, state in availability.items():
-            QUEUE_DEPTH.labels(model).set(state.waiting_jobs or 0)
+            MODEL_WORKERS.labels(model).set(state.live_workers)
+            if state.loaded is not None:
+                MODEL_LOADED.labels(model).set(int(state.loaded))
+            # Embedded mode has no queue to read: the model's runner reports what waits for its sequences.
+            if state.waiting_jobs is not None:
+                QUEUE_DEPTH.labels(model).set(state.waiting_jobs)
     return exposition()

@@ -1,7 +1,7 @@
 """an index for listing a tenant's responses newest first (GET /v1/responses)
 
 Revision ID: 20261128_0008
-Revises: 20261125_0005
+Revises: 20261126_0006
 Create Date: 2026-11-28
 """
 

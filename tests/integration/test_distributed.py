@@ -402,3 +402,37 @@ def test_jobs_lost_with_redis_are_enqueued_again(cluster: Cluster, tmp_path: Pat
             if process is not None:
                 process.stop()
         private.stop()
+
+
+def test_the_list_on_any_node_and_a_workers_retention_job(cluster: Cluster, tmp_path: Path) -> None:
+    """GET /v1/responses answers the same on every node; a worker's retention cron job (run as it starts, then
+    every 10 minutes) purges what expired. Last in this module: it purges the earlier tests' responses too."""
+    client = cluster.client(cluster.api_a)
+    made = client.responses.create(
+        model=model_of(client), input="Say hi.", max_output_tokens=16, metadata={"test": "retention"}
+    )
+    for node in (cluster.api_a, cluster.api_b):
+        listed = httpx.get(f"{node.base_url}/v1/responses", params={"metadata[test]": "retention"}, timeout=30)
+        assert [response["id"] for response in listed.json()["data"]] == [made.id]
+    # Its own Redis: arq hands a cron job to whichever worker polls first, and the cluster's workers keep the
+    # default retention (a deployment gives every worker the same settings).
+    private = RedisServer().start()
+    env = {
+        "RESPONSES_DATABASE_URL": cluster.database_url,
+        "RESPONSES_REDIS_URL": private.url,
+        "RESPONSES_RETENTION_DAYS": "0.000006",  # about half a second
+    }
+    worker = ServerProcess(env, tmp_path / "worker.log", command=["worker"]).start()
+    try:
+        deadline = time.monotonic() + RECOVERY_BOUND_S * 2
+        while time.monotonic() < deadline:
+            try:
+                client.responses.retrieve(made.id)
+            except openai.NotFoundError:
+                break
+            time.sleep(0.2)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(made.id)
+    finally:
+        worker.stop()
+        private.stop()

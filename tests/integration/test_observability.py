@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,6 +67,8 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
         client = clients(embedded.base_url, KEY)
         model = client.models.list().data[0].id
         created = client.responses.create(model=model, input="Say hi.", temperature=0, max_output_tokens=16)
+        with pytest.raises(openai.AuthenticationError) as refused:
+            clients(embedded.base_url, "not-the-key").models.list()
     finally:
         clients.close()
     scraped = samples(httpx.get(url, headers={"authorization": f"Bearer {KEY}"}).text)
@@ -74,20 +77,24 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
     assert value(scraped, "llama_responses_time_to_first_token_seconds_count", model=model) >= 1
     assert value(scraped, "llama_responses_output_tokens_total", model=model) >= created.usage.output_tokens
     assert value(scraped, "llama_responses_free_sequences", model=model) >= 1
+    assert value(scraped, "llama_responses_model_loaded", model=model) == 1  # it answered: it is in memory
     lines = embedded.log_path.read_text().splitlines()
     entries = [json.loads(line) for line in lines if line.startswith("{")]
     # Every line from Python is a JSON object; llama.cpp's native code writes a few plain lines of its own.
     assert not [line for line in lines if line.strip() and not line.startswith(("{", "llama_", "ggml_"))]
-    access = [entry for entry in entries if entry["logger"] == "uvicorn.access" and entry.get("method") == "POST"]
-    assert access and access[0]["path"] == "/v1/responses" and access[0]["request_id"].startswith("req_")
-    assert access[0]["response_id"] == created.id and access[0]["tenant"].startswith("key:")
+    access = [entry for entry in entries if entry["logger"] == "uvicorn.access"]
+    posted = [entry for entry in access if entry.get("method") == "POST"]
+    assert posted and posted[0]["path"] == "/v1/responses" and posted[0]["request_id"].startswith("req_")
+    assert posted[0]["response_id"] == created.id and posted[0]["tenant"].startswith("key:")
     assert all(KEY not in line for line in lines)
+    # The SDK reads our x-request-id: an operator finds a client's failed call in the log by it.
+    assert any(entry.get("request_id") == refused.value.request_id and entry.get("status") == 401 for entry in access)
 
 
 @pytest.fixture(scope="module")
 def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess, int]]:
     """A worker with --metrics-port and an API node, on a fresh Postgres database and the test Redis, both
-    printing their spans (OpenTelemetry's console exporter) into their logs."""
+    printing their spans (OpenTelemetry's console exporter) and JSON log lines into their logs."""
     redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
     with redis.Redis.from_url(redis_url) as connection:
         connection.flushdb()
@@ -95,7 +102,7 @@ def worker_and_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
     with fresh_postgres_database() as database_url:
         env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
         assert run_cli(["migrate"], env).returncode == 0
-        env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50", "RESPONSES_LOG_FORMAT": "json"}
         port = free_port()
         worker = ServerProcess(env, logs / "worker.log", command=["worker", "--metrics-port", str(port)]).start()
         api = ServerProcess(env, logs / "api.log").start()
@@ -143,10 +150,15 @@ def test_a_worker_serves_its_own_metrics_and_the_api_node_the_queue(
     assert value(scraped, "llama_responses_free_sequences", model=model) >= 1
     on_api = samples(httpx.get(f"{api.base_url}/metrics").text)
     assert value(on_api, "llama_responses_workers") == 1
+    assert value(on_api, "llama_responses_model_workers", model=model) == 1
     assert ("llama_responses_queue_depth", (("model", model),)) in on_api
     assert value(on_api, "llama_responses_http_requests_total", method="POST", route="/v1/responses", status="200")
     # Generation happens on the worker, not here.
     assert value(on_api, "llama_responses_responses_total", model=model, status=created.status) == 0
+
+
+def log_entries(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"time"')]
 
 
 def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
@@ -156,7 +168,9 @@ def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
     clients = SdkClients()
     try:
         client = clients(api.base_url)
-        created = client.responses.create(model=client.models.list().data[0].id, input="Hi.", max_output_tokens=16)
+        model = client.models.list().data[0].id
+        headers = {"x-request-id": "req-from-the-client"}
+        created = client.responses.create(model=model, input="Hi.", max_output_tokens=16, extra_headers=headers)
     finally:
         clients.close()
     deadline = time.monotonic() + 15
@@ -172,3 +186,7 @@ def test_one_trace_runs_from_the_api_node_through_redis_to_the_worker(
     assert trace_id in {span["context"]["trace_id"] for span in requests}
     on_worker = [span for span in printed_spans(worker.log_path) if span["context"]["trace_id"] == trace_id]
     assert {"generate", "prefill", "decode"} <= {span["name"] for span in on_worker}
+    # The worker's log line about this generation names the request that queued it.
+    ended = [entry for entry in log_entries(worker.log_path) if entry.get("response_id") == created.id]
+    assert ended and ended[0]["logger"] == "llama_responses.generation", ended
+    assert ended[0]["request_id"] == "req-from-the-client" and ended[0]["tenant"] == "public"

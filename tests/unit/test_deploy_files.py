@@ -20,6 +20,7 @@ SETTINGS = {f"RESPONSES_{name.upper()}" for name in Settings.model_fields}
 
 def check_container(command: list[str], env_names: set[str]) -> None:
     assert command[0] == "llama-responses" and command[1] in SUBCOMMANDS, command
+    build_parser().parse_args(command[1:])  # every option exists (argparse exits on one that does not)
     build_parser().parse_args(command[1:])  # its options exist
     assert env_names <= SETTINGS, env_names - SETTINGS
 

@@ -145,3 +145,14 @@ def test_the_cli_refuses_to_start_with_the_one_line(
     monkeypatch.setenv("RESPONSES_MODELS", f"a={gguf(tmp_path, 'a.gguf')}")
     assert main(["worker", "--model", "b"]) == 2
     assert capsys.readouterr().err == "llama-responses: worker model 'b' is not declared (served: a)\n"
+
+
+def test_a_yaml_models_file_reads_as_the_toml_one(tmp_path: Path) -> None:
+    gguf(tmp_path, "a.gguf")
+    (tmp_path / "models.yaml").write_text("aliases: {gpt-4o: a}\nmodels:\n  - {id: a, path: a.gguf, n_ctx: 256}\n")
+    registry = load_registry(settings_of(tmp_path, models_file=tmp_path / "models.yaml"))
+    alias = registry.get("gpt-4o")
+    assert registry.ids == ["a"] and alias is not None and alias.n_ctx == 256
+    (tmp_path / "models.yaml").write_text("models: [")
+    with pytest.raises(ModelConfigError, match="does not parse"):
+        load_registry(settings_of(tmp_path, models_file=tmp_path / "models.yaml"))

@@ -20,12 +20,15 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from app.generation.types import SamplingParams
 from app.observability import logs, tracing
 from app.observability.logs import JsonFormatter
-from app.observability.metrics import defined_names
+from app.observability.metrics import REGISTRY, defined_names
 from app.queue.base import GenerationJob
+from app.queue.local_runner import LocalRunner
 from app.queue.memory_bus import MemoryBus
 from app.runtime import Runtime
 from app.services.execution import execute_job
@@ -75,6 +78,7 @@ async def test_metrics_count_requests_by_route_template_and_generations_by_statu
     assert grew("llama_responses_output_tokens_per_second_count", model="fake-model") == 1
     assert grew("llama_responses_output_tokens_total", model="fake-model") == created["usage"]["output_tokens"]
     assert value(after, "llama_responses_workers") == 1  # embedded: this process generates
+    assert value(after, "llama_responses_model_workers", model="fake-model") == 1
 
 
 async def test_cancelled_and_failed_generations_are_counted_by_their_status(
@@ -202,6 +206,9 @@ async def test_one_trace_from_the_request_to_prefill_and_decode(
     generate = by_name["generate"]
     assert generate.attributes["llama_responses.response_id"] == created["id"]
     assert by_name["prefill"].parent.span_id == generate.context.span_id
+    assert by_name["prefill"].attributes["llama_responses.prompt_tokens"] == created["usage"]["input_tokens"]
+    assert by_name["decode"].attributes["llama_responses.output_tokens"] == created["usage"]["output_tokens"]
+    assert by_name["decode"].attributes["llama_responses.status"] == "completed"
     assert (by_name["prefill"].end_time or 0) <= (by_name["decode"].start_time or 0)
     # The statements of both sides: the API storing the response, the generation claiming and finishing it.
     statements = [span for span in finished if span.attributes.get("db.system") == "sqlite"]
@@ -263,3 +270,57 @@ def test_processes_sharing_a_multiprocess_dir_are_summed(tmp_path: Path) -> None
         subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
     shown = subprocess.run([sys.executable, "-c", show], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
     assert 'llama_responses_http_requests_total{method="GET",route="/x",status="200"} 2.0' in shown.stdout
+
+
+async def test_a_scrape_answers_while_the_queue_cannot_be_read_and_counts_the_failure(
+    client: httpx.AsyncClient, app_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unreachable(models: object) -> None:
+        raise ConnectionError("redis is down")
+
+    before = await scrape(client)
+    monkeypatch.setattr(app_runtime.queue, "availability", unreachable)
+    after = await scrape(client)  # 200: metrics matter most in an outage
+    assert value(after, "llama_responses_redis_errors_total") - value(before, "llama_responses_redis_errors_total") == 1
+
+
+async def test_failed_database_statements_are_counted(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
+    before = await scrape(client)
+    with pytest.raises(OperationalError):
+        async with app_runtime.engine.connect() as connection:
+            await connection.execute(text("SELECT * FROM no_such_table"))
+    after = await scrape(client)
+    errors = "llama_responses_database_errors_total"
+    assert value(after, errors) - value(before, errors) == 1
+
+
+class SequencesOnly:
+    """What LocalRunner reads of an engine, without llama.cpp."""
+
+    slots = 2
+    cached_bytes = 4096
+
+    def __init__(self) -> None:
+        self.requests: list[object] = []
+
+    def submit(self, request: object) -> None:
+        self.requests.append(request)
+
+    def close(self) -> None:
+        return None
+
+
+async def test_a_runner_reports_its_sequences_and_zeroes_them_when_its_model_is_unloaded() -> None:
+    engine = SequencesOnly()
+    runner = LocalRunner(engine)  # type: ignore[arg-type]
+    sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=3)
+    for index in range(3):
+        runner.start(GenerationJob(f"resp_{index}", [1], sampling, {}, False, False, tenant="t", model="gauged"))
+
+    def gauge(name: str) -> float | None:
+        return REGISTRY.get_sample_value(f"llama_responses_{name}", {"model": "gauged"})
+
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("queue_depth")) == (2, 0, 1)
+    assert gauge("prefix_cache_bytes") == 4096
+    await runner.close()
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("prefix_cache_bytes")) == (0, 0, 0)

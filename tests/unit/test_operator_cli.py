@@ -66,7 +66,7 @@ def test_list_shows_one_tenants_responses_newest_first(database_url: str, capsys
     assert main(["responses", "list", "--tenant", OPEN_TENANT]) == 0  # nobody's: nothing listed
     assert capsys.readouterr().out == ""
     assert main(["responses", "list", "--api-key", "alpha", "--limit", "0"]) == 1
-    assert "--limit" in capsys.readouterr().err
+    assert "Invalid 'limit': 0" in capsys.readouterr().err
 
 
 def test_show_and_delete_stay_within_the_tenant(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
