@@ -49,7 +49,9 @@ class OpenItems:
     that the relay makes itself (the generation never sent one) follows their `done` events, status
     `incomplete`, so that a reader (the SDK's stream accumulator) sees every item end."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, complete: bool = True) -> None:
+        #: False for a replay resumed after some event: what was opened before it was not seen here.
+        self.complete = complete
         self._items: dict[str, dict[str, Any]] = {}  # item id -> the output_item.added event
         self._parts: dict[str, dict[str, Any]] = {}  # item id -> its content_part.added event
         self._text: dict[str, str] = {}
@@ -139,6 +141,12 @@ async def _closing_events(
             sequence_number=sequence_number, code="response_not_found", message="This response was deleted."
         )
         return [gone.model_dump(mode="json")]
+    if not items.complete:  # a resumed replay: every event before this one is stored
+        items = OpenItems()
+        for earlier in await _stored_events(runtime, response_id, -1):
+            if earlier["sequence_number"] >= sequence_number:
+                break
+            items.see(earlier)
     closing = items.close(sequence_number)
     response = response_from_row(row)
     if response.error is not None:  # `error` comes before `response.failed`, as from a generation that failed
@@ -254,7 +262,7 @@ async def relay_events(
     reaching us. `snapshot`: an unstored response as created; if its job dies, the stream ends failed.
     `cancel_on_exit`: a foreground stream, whose generation stops when its client goes away.
     """
-    items = OpenItems()
+    items = OpenItems(complete=after < 0)
     relay = _relay(
         runtime,
         response_id,

@@ -106,6 +106,9 @@ async def test_a_replay_without_a_stored_terminal_event_ends_with_the_row(
     assert assert_well_formed_stream(replayed) == (await client.get(f"/v1/responses/{response_id}")).json()
     assert [event["type"] for event in replayed[-2:]] == ["error", "response.failed"]
     assert replayed[-2]["message"] == error["message"]
+    # Resumed after the message was opened: the same ending, though this relay never saw it open.
+    resumed = await client.get(f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": 3})
+    assert parse_sse(resumed.text) == replayed[4:]
 
 
 async def test_a_pruned_replay_ends_with_the_stored_response(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
