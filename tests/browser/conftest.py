@@ -53,7 +53,9 @@ def model(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
 
-@pytest.fixture(scope="session")
+# NOTE: module scope, not session: Playwright's sync API keeps an event loop running while it is open, and
+# the async tests that pytest runs after this folder could not start theirs.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox will not start.
