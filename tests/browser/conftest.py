@@ -27,8 +27,9 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Stopped with the module: the rest of the suite does not share a model-holding process with it."""
     directory = tmp_path_factory.mktemp("console")
     env = {"RESPONSES_DATABASE_URL": sqlite_url(directory), "RESPONSES_API_KEYS": f"{KEY},{OTHER_KEY}"}
     process = ServerProcess(env, directory / "server.log").start()
@@ -36,19 +37,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     with sdk_client(server.base_url, KEY) as made:
         yield made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def other_client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     with sdk_client(server.base_url, OTHER_KEY) as made:
         yield made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def model(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
