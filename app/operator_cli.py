@@ -8,7 +8,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,6 +20,7 @@ from app.db.session import create_engine, create_sessionmaker
 from app.errors import ApiError
 from app.schemas.paging import MAX_PAGE_LIMIT
 from app.schemas.response_list import ResponseFilters
+from app.schemas.responses import ResponseStatus
 from app.services.response_list import list_responses
 from app.services.responses import delete_finished_response, get_response
 from app.services.retention import apply_retention
@@ -31,7 +32,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     responses = commands.add_parser("responses", help="list, show or delete stored responses")
     actions = responses.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="a tenant's stored responses, newest first")
-    listing.add_argument("--status", help="only responses with this status")
+    listing.add_argument("--status", choices=get_args(ResponseStatus), help="only responses with this status")
     listing.add_argument("--model", help="only responses of this model")
     listing.add_argument("--limit", type=int, default=20, help=f"how many (1 to {MAX_PAGE_LIMIT})")
     listing.add_argument("--after", help="the page after this response id")

@@ -27,8 +27,9 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Stopped with the module: the rest of the suite does not share a model-holding process with it."""
     directory = tmp_path_factory.mktemp("console")
     env = {"RESPONSES_DATABASE_URL": sqlite_url(directory), "RESPONSES_API_KEYS": f"{KEY},{OTHER_KEY}"}
     process = ServerProcess(env, directory / "server.log").start()
@@ -36,24 +37,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     with sdk_client(server.base_url, KEY) as made:
         yield made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def other_client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     with sdk_client(server.base_url, OTHER_KEY) as made:
         yield made
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def model(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
 
-@pytest.fixture(scope="session")
+# NOTE: module scope, not session: Playwright's sync API keeps an event loop running while it is open, and
+# the async tests that pytest runs after this folder could not start theirs.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox will not start.

@@ -22,6 +22,7 @@ from app.db.models import ResponseRow
 from app.db.repositories import responses as repository
 from app.db.session import create_engine, create_sessionmaker
 from app.queue.arq_backend import exclusive, redis_settings
+from app.queue.redis_bus import KEY_PREFIX
 from tests.fixtures.databases import fresh_postgres_database, sqlite_url
 from tests.fixtures.server import ServerProcess, run_cli, sdk_client
 from worker.main import apply_retention_task
@@ -114,6 +115,8 @@ async def test_the_workers_cron_job_purges_one_runner_at_a_time(tmp_path: Path) 
                 created_at=utc_now() - timedelta(days=40),
             )  # fmt: skip
             await repository.insert_response(session, old, [{"id": "msg_1", "type": "message"}])
+        # A lock left by an earlier run's worker that was killed while it held it would expire within 30 min.
+        await redis.delete(f"{KEY_PREFIX}:lock:retention")
         ctx = {"redis": redis, "sessionmaker": sessionmaker, "settings": settings}
         async with exclusive(redis, "retention", 60) as held:
             assert held
