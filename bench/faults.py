@@ -4,7 +4,8 @@
 
 Prints one row per fault: time from the fault to the terminal state (or to the resumed stream's end), events
 lost or duplicated, responses stuck (not terminal 60 s after), cancels lost, and for the Postgres outage the
-5xx answers and the time until requests succeed again. Default settings (15 s lease, 5 s reconciliation).
+5xx answers and the time until requests succeed again. Also a structured-output takeover, DELETE while
+generating, and a database error injected at the final commit. Default settings (15 s lease, 5 s reconciliation).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from tests.faults.harness import (
+    NUMBERS,
     STORY,
     TERMINAL_EVENTS,
     TERMINAL_STATUSES,
@@ -29,6 +32,8 @@ from tests.faults.harness import (
     RedisServer,
     ServerProcess,
     StreamReader,
+    db_fetch,
+    injected,
     poll_terminal,
     private_cluster,
     sigkill,
@@ -85,15 +90,27 @@ def api_node_killed(cluster: Cluster, api: ServerProcess) -> Row:
     }
 
 
-def worker_killed(cluster: Cluster, api: ServerProcess, workers: list[ServerProcess], *, second: bool) -> Row:
+#: A background stream whose output is a JSON document (its takeover goes on under the same grammar).
+STRUCTURED = {
+    "input": "List twenty numbers.",
+    "max_output_tokens": 160,
+    "text": {"format": {"type": "json_schema", "name": "numbers", "schema": NUMBERS}},
+}
+
+
+def worker_killed(
+    cluster: Cluster, api: ServerProcess, workers: list[ServerProcess], *, second: bool, structured: bool = False
+) -> Row:
     """SIGKILL the worker running a background stream; with `second`, another worker is alive, else a new one is
-    started right after the kill (as an orchestrator would)."""
+    started right after the kill (as an orchestrator would). `structured`: a json_schema stream, whose output
+    must still be one valid document."""
     for worker in workers:
         worker.stop()
     workers.clear()
     workers.append(cluster.worker("worker"))
     cluster.wait_ready(api)
-    reader = StreamReader("POST", f"{api.base_url}/v1/responses", _stream_body(400, background=True))
+    body = _stream_body(400, background=True) | (STRUCTURED if structured else {})
+    reader = StreamReader("POST", f"{api.base_url}/v1/responses", body)
     reader.wait_for(_has_delta, 60)
     if second:
         workers.append(cluster.worker("second"))
@@ -106,14 +123,87 @@ def worker_killed(cluster: Cluster, api: ServerProcess, workers: list[ServerProc
     final = poll_terminal(api.base_url, reader.response_id or "", STUCK_AFTER_S)
     lost, duplicated = _gaps([event["sequence_number"] for event in reader.events])
     workers.pop(0)
-    return {
-        "fault": f"worker SIGKILL mid-stream, {'a second worker alive' if second else 'no other worker (restarted)'}",
+    row: Row = {
+        "fault": f"worker SIGKILL mid-stream{', structured output' if structured else ''}, "
+        f"{'a second worker alive' if second else 'no other worker (restarted)'}",
         "to_terminal_s": (reader.ended_at or time.monotonic()) - killed,
         "lost": lost,
         "duplicated": duplicated,
         "stuck": int(final.get("status") not in TERMINAL_STATUSES),
         "final": final.get("status"),
         "stream_ended": reader.done and reader.terminal is not None,
+    }
+    if structured:
+        row["valid_json"] = _is_json("".join(_texts(final)))
+    return row
+
+
+def _texts(response: dict[str, Any]) -> list[str]:
+    return [
+        part.get("text", "")
+        for item in response.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    ]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def delete_while_generating(cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]) -> Row:
+    """DELETE a background response while it generates: how long the DELETE took, how long until its worker let
+    go of the job (the generation stopped), and whether anything of it is left in the database."""
+    if not workers:
+        workers.append(cluster.worker("worker"))
+    cluster.wait_ready(api)
+    response_id = _create_background(api.base_url, tokens=2000, prompt=STORY)
+    wait_for_status(api.base_url, response_id, {"in_progress"}, 60)
+    time.sleep(0.3)
+    started = time.monotonic()
+    deleted = httpx.delete(f"{api.base_url}/v1/responses/{response_id}", timeout=60)
+    delete_s = time.monotonic() - started
+    with redis.Redis.from_url(cluster.redis_url) as connection:
+        while connection.exists(f"llama-responses:holder:{response_id}") and time.monotonic() - started < 60:
+            time.sleep(0.05)
+        stopped_s = None if connection.exists(f"llama-responses:holder:{response_id}") else time.monotonic() - started
+    left = sum(
+        int(db_fetch(cluster.database_url, f"SELECT count(*) FROM {table} WHERE {column} = $1", response_id))
+        for table, column in (("responses", "id"), ("response_events", "response_id"))
+    )
+    return {
+        "fault": "DELETE while generating",
+        "deleted": deleted.status_code == 200 and bool(deleted.json().get("deleted")),
+        "delete_s": delete_s,
+        "generation_stopped_s": stopped_s,
+        "rows_left": left,
+    }
+
+
+def final_commit_error(cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]) -> Row:
+    """A database error injected at the final commit (a trigger refusing the completed row): the response must
+    end failed, its stream with it, and GET must say the same."""
+    if not workers:
+        workers.append(cluster.worker("worker"))
+    cluster.wait_ready(api)
+    refuse = "BEFORE UPDATE ON responses FOR EACH ROW WHEN (NEW.status IN ('completed', 'incomplete'))"
+    with injected(cluster, "refuse_final", refuse, "BEGIN RAISE EXCEPTION 'injected fault'; END"):
+        started = time.monotonic()
+        reader = StreamReader("POST", f"{api.base_url}/v1/responses", _stream_body(16, background=True))
+        reader.join(STUCK_AFTER_S)
+    terminal = reader.terminal or {}
+    response_id = reader.response_id or ""
+    got = httpx.get(f"{api.base_url}/v1/responses/{response_id}", timeout=30).json()
+    return {
+        "fault": "database error at the final commit",
+        "to_terminal_s": (reader.ended_at or time.monotonic()) - started,
+        "final": terminal.get("type"),
+        "get_equals_terminal": got == terminal.get("response"),
+        "stuck": int(got.get("status") not in TERMINAL_STATUSES),
     }
 
 
@@ -285,6 +375,9 @@ def main() -> None:
             lambda: api_node_killed(cluster, api),
             lambda: worker_killed(cluster, api, workers, second=True),
             lambda: worker_killed(cluster, api, workers, second=False),
+            lambda: worker_killed(cluster, api, workers, second=True, structured=True),
+            lambda: delete_while_generating(cluster, api, workers),
+            lambda: final_commit_error(cluster, api, workers),
             lambda: redis_restart_queued(cluster, api, workers, redis_server, args.queued),
             lambda: redis_restart_running(cluster, api, workers, redis_server),
             lambda: postgres_outage(api, postgres, args.postgres_down_s),

@@ -336,3 +336,25 @@ def sigkill(process: ServerProcess) -> None:
     if process.process is not None and process.process.poll() is None:
         process.process.send_signal(signal.SIGKILL)
         process.process.wait(timeout=30)
+
+
+#: Structured output long enough to be cut mid-document: twenty small numbers (~60 tokens), well within budget.
+NUMBERS = {
+    "type": "object",
+    "properties": {"numbers": {"type": "array", "items": {"enum": [1, 2, 3]}, "minItems": 20, "maxItems": 20}},
+    "required": ["numbers"],
+    "additionalProperties": False,
+}
+
+
+@contextmanager
+def injected(cluster: Cluster, name: str, trigger: str, body: str) -> Iterator[None]:
+    """A Postgres trigger `name` (`trigger`: "BEFORE UPDATE ON responses FOR EACH ROW WHEN (...)") running the
+    PL/pgSQL `body` while the block runs: a fault, or a pause that holds the worker at one stage."""
+    db_rows(cluster.database_url, f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$")
+    db_rows(cluster.database_url, f"CREATE TRIGGER {name} {trigger} EXECUTE FUNCTION {name}()")
+    try:
+        yield
+    finally:
+        db_rows(cluster.database_url, f"DROP TRIGGER {name} ON {trigger.split(' ON ')[1].split()[0]}")
+        db_rows(cluster.database_url, f"DROP FUNCTION {name}")

@@ -13,13 +13,13 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.faults.harness import (
+    NUMBERS,
     STORY,
     TERMINAL_EVENTS,
     Cluster,
@@ -29,6 +29,7 @@ from tests.faults.harness import (
     StreamReader,
     db_fetch,
     db_rows,
+    injected,
     poll_terminal,
     sigkill,
     wait_for_status,
@@ -152,15 +153,6 @@ def test_a_worker_killed_mid_stream_is_taken_over_by_another_worker(
     assert_taken_over(cluster, api, reader, response_id)
 
 
-#: Structured output long enough to be cut mid-document: twenty small numbers (~60 tokens), well within budget.
-NUMBERS = {
-    "type": "object",
-    "properties": {"numbers": {"type": "array", "items": {"enum": [1, 2, 3]}, "minItems": 20, "maxItems": 20}},
-    "required": ["numbers"],
-    "additionalProperties": False,
-}
-
-
 def test_a_structured_output_stream_is_taken_over_with_its_grammar_where_it_stopped(
     cluster: Cluster, api: ServerProcess, workers: list[ServerProcess]
 ) -> None:
@@ -228,19 +220,6 @@ def test_a_redis_restart_kills_no_worker_and_loses_no_job(
     assert db_fetch(
         cluster.database_url, "SELECT count(*) FROM responses WHERE id = ANY($1) AND attempts = 1", queued
     ) == len(queued), "a queued job ran twice"
-
-
-@contextmanager
-def injected(cluster: Cluster, name: str, trigger: str, body: str) -> Iterator[None]:
-    """A Postgres trigger `name` (`trigger`: "BEFORE UPDATE ON responses FOR EACH ROW WHEN (...)") running the
-    PL/pgSQL `body` while the block runs: a fault, or a pause that holds the worker at one stage."""
-    db_rows(cluster.database_url, f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$")
-    db_rows(cluster.database_url, f"CREATE TRIGGER {name} {trigger} EXECUTE FUNCTION {name}()")
-    try:
-        yield
-    finally:
-        db_rows(cluster.database_url, f"DROP TRIGGER {name} ON {trigger.split(' ON ')[1].split()[0]}")
-        db_rows(cluster.database_url, f"DROP FUNCTION {name}")
 
 
 def test_a_database_error_at_the_final_commit_fails_the_response_and_ends_the_stream(
