@@ -38,6 +38,7 @@ from tests.faults.harness import (
     private_cluster,
     sigkill,
     wait_for_status,
+    worker_id,
 )
 from tests.protocol import parse_sse
 
@@ -108,21 +109,24 @@ def worker_killed(
         worker.stop()
     workers.clear()
     workers.append(cluster.worker("worker"))
+    if second:  # both ready before the stream starts, as a running fleet is; either may take the job
+        workers.append(cluster.worker("second"))
+        for worker in workers:
+            worker_id(worker)
     cluster.wait_ready(api)
     body = _stream_body(400, background=True) | (STRUCTURED if structured else {})
     reader = StreamReader("POST", f"{api.base_url}/v1/responses", body)
     reader.wait_for(_has_delta, 60)
-    if second:
-        workers.append(cluster.worker("second"))
-        time.sleep(8)  # the second worker loads its model before the kill, as a running fleet would have
-    sigkill(workers[0])
+    owner = db_fetch(cluster.database_url, "SELECT lease_owner FROM responses WHERE id = $1", reader.response_id)
+    holder = next((worker for worker in workers if worker_id(worker) == owner), workers[0])
+    sigkill(holder)
     killed = time.monotonic()
+    workers.remove(holder)
     if not second:
         workers.append(cluster.worker("restarted"))
     reader.join(STUCK_AFTER_S + 60)
     final = poll_terminal(api.base_url, reader.response_id or "", STUCK_AFTER_S)
     lost, duplicated = _gaps([event["sequence_number"] for event in reader.events])
-    workers.pop(0)
     row: Row = {
         "fault": f"worker SIGKILL mid-stream{', structured output' if structured else ''}, "
         f"{'a second worker alive' if second else 'no other worker (restarted)'}",

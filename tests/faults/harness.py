@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -358,3 +359,18 @@ def injected(cluster: Cluster, name: str, trigger: str, body: str) -> Iterator[N
     finally:
         db_rows(cluster.database_url, f"DROP TRIGGER {name} ON {trigger.split(' ON ')[1].split()[0]}")
         db_rows(cluster.database_url, f"DROP FUNCTION {name}")
+
+
+#: What a worker logs once ready: its id, then its models.
+READY_LINE = re.compile(r"worker (worker_\w+) ready: models? ")
+
+
+def worker_id(worker: ServerProcess, timeout_s: float = 60) -> str:
+    """The id a worker registered under (its log says it once ready)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = READY_LINE.search(worker.log_path.read_text(errors="replace"))
+        if found is not None:
+            return found.group(1)
+        time.sleep(0.1)
+    raise AssertionError(f"worker never became ready:\n{worker.log_path.read_text()}")

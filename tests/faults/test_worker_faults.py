@@ -10,7 +10,6 @@ The workers run with a 3 s lease and a 1 s reconciliation interval, so takeovers
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +32,7 @@ from tests.faults.harness import (
     poll_terminal,
     sigkill,
     wait_for_status,
+    worker_id,
 )
 from tests.protocol import assert_well_formed_stream, parse_sse
 
@@ -43,7 +43,6 @@ STREAM = {"input": STORY, "background": True, "stream": True, "max_output_tokens
 #: Kill -> the stream's next event and then its terminal event: lease (3 s) + a reconciliation round (1 s) + the
 #: rest of the generation. Generous: on a 2-core machine shared with other test runs a token can take 0.5 s.
 TAKEOVER_BOUND_S = 120
-READY_LINE = re.compile(r"worker (worker_\w+) ready: models? ")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,17 +74,6 @@ def start_worker(cluster: Cluster, workers: list[ServerProcess], api: ServerProc
     workers.append(worker)
     cluster.wait_ready(api)
     return worker
-
-
-def worker_id(worker: ServerProcess, timeout_s: float = 60) -> str:
-    """The id a worker registered under (its log says it once ready)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = READY_LINE.search(worker.log_path.read_text(errors="replace"))
-        if found is not None:
-            return found.group(1)
-        time.sleep(0.1)
-    raise AssertionError(f"worker never became ready:\n{worker.log_path.read_text()}")
 
 
 def deltas(events: list[dict[str, Any]]) -> int:
