@@ -88,6 +88,17 @@ async def test_filters(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     assert ids(await _list(client, created_after=253402300799)) == []
 
 
+async def test_a_metadata_key_is_matched_as_written_whatever_its_characters(client: httpx.AsyncClient) -> None:
+    # Each of these once went into a JSON path: a 503 (SQLite), a 500 or a nested path (Postgres).
+    odd = {'a"b': "1", "a,b": "2", "{c}": "3", "$.x[0]": "4", "a.b": "5"}
+    tagged = await _create(client, metadata=odd)
+    nested = await _create(client, metadata={"a": "2"})
+    for key, value in odd.items():
+        assert [r["id"] for r in (await _list(client, **{f"metadata[{key}]": value}))["data"]] == [tagged], key
+    assert (await _list(client, **{"metadata[a,b]": "1"}))["data"] == []
+    assert [r["id"] for r in (await _list(client, **{"metadata[a]": "2"}))["data"]] == [nested]
+
+
 async def test_each_tenant_lists_only_its_own(two_tenants: tuple[httpx.AsyncClient, httpx.AsyncClient]) -> None:
     alpha, beta = two_tenants
     mine = await _create(alpha, model="m")
