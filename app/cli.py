@@ -7,6 +7,8 @@ import asyncio
 import sys
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.config import Settings
 from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.generation.types import ModelLoadError
@@ -18,6 +20,14 @@ from app.operator_cli import add_commands
 def _fail(message: object) -> int:
     print(f"llama-responses: {message}", file=sys.stderr)
     return 2
+
+
+def _settings_problem(error: ValidationError) -> str:
+    """A refused setting, named as its environment variable (`RESPONSES_RETENTION_DAYS: ...`), one a line."""
+    return "invalid settings:\n" + "\n".join(
+        f"  RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        for problem in error.errors()
+    )
 
 
 def _preflight(settings: Settings) -> str | None:
@@ -141,7 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except ValidationError as error:
+        if error.title != Settings.__name__:
+            raise
+        return _fail(_settings_problem(error))
     return code
 
 

@@ -132,14 +132,19 @@ class Settings(BaseSettings):
     retention_days: float = Field(
         30.0,
         ge=0,
+        # A longer span overflows the cutoff's datetime (now minus it): every purge would fail.
+        le=36500,
         description="How long a stored response is kept (from its creation, like the hosted API's 30 days), with "
-        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever.",
+        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever; "
+        "at most 36500 (100 years).",
     )
     events_retention_hours: float = Field(
         24.0,
         ge=0,
+        le=876000,
         description="How long a finished background stream's events are kept for replay (GET ?stream=true); "
-        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever.",
+        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever; "
+        "at most 876000 (100 years).",
     )
     max_request_bytes: int = Field(
         2 * 1024 * 1024,
