@@ -355,7 +355,9 @@ async def test_a_runner_reports_its_sequences_and_zeroes_them_when_its_model_is_
     def gauge(name: str) -> float | None:
         return REGISTRY.get_sample_value(f"llama_responses_{name}", {"model": "gauged"})
 
-    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("queue_depth")) == (2, 0, 1)
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("sequence_waiting_jobs")) == (2, 0, 1)
+    # The queue's depth (jobs waiting for a worker) is another gauge, which a runner leaves alone.
+    assert gauge("queue_depth") is None
     assert gauge("prefix_cache_bytes") == 4096
     await runner.close()
     assert (gauge("active_sequences"), gauge("free_sequences"), gauge("prefix_cache_bytes")) == (0, 0, 0)
