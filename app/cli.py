@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.config import Settings
+from app.config import Settings, setting_problems
 from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.generation.types import ModelLoadError
 from app.model_registry.loading import load_registry
@@ -20,14 +20,6 @@ from app.operator_cli import add_commands
 def _fail(message: object) -> int:
     print(f"llama-responses: {message}", file=sys.stderr)
     return 2
-
-
-def _settings_problem(error: ValidationError) -> str:
-    """A refused setting, named as its environment variable (`RESPONSES_RETENTION_DAYS: ...`), one a line."""
-    return "invalid settings:\n" + "\n".join(
-        f"  RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
-        for problem in error.errors()
-    )
 
 
 def _preflight(settings: Settings) -> str | None:
@@ -156,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as error:
         if error.title != Settings.__name__:
             raise
-        return _fail(_settings_problem(error))
+        return _fail("invalid settings:\n" + "\n".join(f"  {problem}" for problem in setting_problems(error)))
     return code
 
 

