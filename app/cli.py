@@ -7,7 +7,9 @@ import asyncio
 import sys
 from typing import Any
 
-from app.config import Settings
+from pydantic import ValidationError
+
+from app.config import Settings, setting_problems
 from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.generation.types import ModelLoadError
 from app.model_registry.loading import load_registry
@@ -141,7 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except ValidationError as error:
+        if error.title != Settings.__name__:
+            raise
+        return _fail("invalid settings:\n" + "\n".join(f"  {problem}" for problem in setting_problems(error)))
     return code
 
 

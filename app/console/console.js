@@ -306,10 +306,11 @@ async function act(action) {
   }
 }
 
-function cancel(id) {
+// `rerender`: false on a live page that follows the stream, whose events bring the cancelled status themselves.
+function cancel(id, rerender = true) {
   return act(async () => {
     await api("POST", `/responses/${encodeURIComponent(id)}/cancel`);
-    if (!location.hash.endsWith("/live")) await render();
+    if (rerender) await render();
   });
 }
 
@@ -328,7 +329,8 @@ async function livePage(id) {
   const text = el("div", { id: "live-text", class: "item", "data-testid": "live-text" });
   const status = el("span", { "data-testid": "live-status" }, statusBadge(response.status));
   const counter = el("span", { class: "muted", "data-testid": "live-events" }, "0 events");
-  const cancelButton = el("button", { type: "button", class: "danger", onclick: () => cancel(id) }, "Cancel");
+  let following = false;
+  const cancelButton = el("button", { type: "button", class: "danger", onclick: () => cancel(id, !following) }, "Cancel");
   show(
     el("h1", {}, "Live: ", responseLink(id)),
     el("div", { class: "actions" }, status, counter, cancelButton),
@@ -342,9 +344,19 @@ async function livePage(id) {
   const reply = await fetch(`/v1/responses/${encodeURIComponent(id)}?stream=true`, { headers: authHeaders() });
   if (!reply.ok) {
     const body = await reply.json().catch(() => ({}));
+    if (reply.status === 400 && body.error && body.error.param === "stream") {
+      // Created without stream: true, so no events were kept. The response object does not say so (it has no
+      // `stream` field): the list links every running background response here, and this page explains.
+      text.replaceChildren(el("p", { class: "notice", "data-testid": "live-unstreamed" },
+        `This response was created without stream: true; there are no events to follow. It is ${response.status}: `,
+        "cancel it here, or open ", responseLink(id), " to see its output once it ends."));
+      counter.hidden = true;
+      return;
+    }
     text.textContent = (body.error && body.error.message) || reply.statusText;
     return;
   }
+  following = true;
   const reader = reply.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let events = 0;
@@ -409,8 +421,10 @@ async function render() {
   forgetKey.hidden = !sessionStorage.getItem(KEY_STORAGE);
   const [path, queryString] = (location.hash.slice(1) || "/responses").split("?");
   const params = new URLSearchParams(queryString || "");
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let parts = [];
   try {
+    // Inside the try: a malformed escape (#/responses/%) is a page that does not exist, not a blank one.
+    parts = path.split("/").filter(Boolean).map(decodeURIComponent);
     if (parts.length === 1 && parts[0] === "responses") await listPage(params);
     else if (parts.length === 2 && parts[0] === "responses") await responsePage(parts[1]);
     else if (parts.length === 3 && parts[0] === "responses" && parts[2] === "live") await livePage(parts[1]);
@@ -418,7 +432,8 @@ async function render() {
     else if (parts.length === 2 && parts[0] === "conversations") await conversationPage(parts[1], params);
     else notFoundPage(`The page ${path}`);
   } catch (error) {
-    if (error.status === 401) keyPage(sessionStorage.getItem(KEY_STORAGE) ? error.message : null);
+    if (error instanceof URIError) notFoundPage(`The page ${path}`);
+    else if (error.status === 401) keyPage(sessionStorage.getItem(KEY_STORAGE) ? error.message : null);
     else if (error.status === 404) notFoundPage(`${parts[0] === "conversations" ? "Conversation" : "Response"} ${parts[1]}`);
     else show(el("h1", {}, "Error"), el("p", { class: "notice error", "data-testid": "error" }, error.message));
   }

@@ -19,9 +19,9 @@ from app.observability.metrics import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_REUSED_TOKENS,
     PROMPT_TOKENS,
-    QUEUE_DEPTH,
     QUEUE_WAIT,
     RESPONSES,
+    SEQUENCE_WAITING_JOBS,
     TIME_TO_FIRST_TOKEN,
     TOKENS_PER_SECOND,
 )
@@ -123,5 +123,5 @@ def report_sequences(model: str, *, running: int, slots: int, prefix_cache_bytes
     """A runner's state: generations decoding, sequences free, jobs waiting for one, saved prefix bytes."""
     ACTIVE_SEQUENCES.labels(model).set(min(running, slots))
     FREE_SEQUENCES.labels(model).set(max(slots - running, 0))
-    QUEUE_DEPTH.labels(model).set(max(running - slots, 0))
+    SEQUENCE_WAITING_JOBS.labels(model).set(max(running - slots, 0))
     PREFIX_CACHE_BYTES.labels(model).set(prefix_cache_bytes)

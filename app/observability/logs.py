@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -18,6 +18,11 @@ LogFormat = Literal["text", "json"]
 #: The fields bound to the current request or job; a fresh dict each time (never mutated in place).
 _CONTEXT: ContextVar[dict[str, str]] = ContextVar("llama_responses_log_context", default={})  # noqa: B039
 CONTEXT_FIELDS = ("request_id", "response_id", "tenant", "model")
+#: The HTTP request being served (its ASGI scope, whose `path_params` the router fills in once a route matched):
+#: ids named in a request's path are logged on every line about it, the access line included.
+_REQUEST_SCOPE: ContextVar[Mapping[str, Any] | None] = ContextVar("llama_responses_log_request", default=None)
+#: Path parameters logged as they are: `/v1/responses/{response_id}` and the routes under it.
+PATH_FIELDS = ("response_id",)
 #: uvicorn's access log passes these as its record's args.
 _ACCESS_ARGS = ("client", "method", "path", "http_version", "status")
 
@@ -37,8 +42,29 @@ def bound(**fields: str | None) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
+@contextmanager
+def bound_request(scope: Mapping[str, Any]) -> Iterator[None]:
+    """For the duration of an HTTP request: its path's ids (PATH_FIELDS), read from the scope when a line is logged.
+
+    NOTE: read then rather than bound now: the router matches the route, and fills in `path_params`, only after
+    the request middleware has started.
+    """
+    token = _REQUEST_SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _REQUEST_SCOPE.reset(token)
+
+
 def current() -> dict[str, str]:
-    return dict(_CONTEXT.get())
+    fields = dict(_CONTEXT.get())
+    scope = _REQUEST_SCOPE.get()
+    path_params: Mapping[str, Any] = (scope.get("path_params") or {}) if scope is not None else {}
+    for name in PATH_FIELDS:
+        value = path_params.get(name)
+        if isinstance(value, str) and name not in fields:
+            fields[name] = value
+    return fields
 
 
 class JsonFormatter(logging.Formatter):
@@ -48,7 +74,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
-            **_CONTEXT.get(),
+            **current(),
         }
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             entry.update(zip(_ACCESS_ARGS, record.args, strict=True))

@@ -65,7 +65,7 @@ PROMPT_TOKENS = Counter(f"{PREFIX}_prompt_tokens_total", "Prompt tokens read.", 
 OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens_total", "Tokens generated.", ["model"], registry=REGISTRY)
 QUEUE_DEPTH = Gauge(
     f"{PREFIX}_queue_depth",
-    "Generation jobs waiting for a worker (or, embedded, for a free sequence), as of the last scrape.",
+    "Generation jobs in the queue waiting for a worker (API nodes, read from Redis at each scrape).",
     ["model"],
     registry=REGISTRY,
     multiprocess_mode="max",
@@ -87,6 +87,13 @@ ACTIVE_SEQUENCES = Gauge(
 FREE_SEQUENCES = Gauge(
     f"{PREFIX}_free_sequences",
     "Sequences of the model free for another generation.",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+SEQUENCE_WAITING_JOBS = Gauge(
+    f"{PREFIX}_sequence_waiting_jobs",
+    "Generation jobs a runner (a worker, or the embedded server) has taken and that wait for a free sequence.",
     ["model"],
     registry=REGISTRY,
     multiprocess_mode="livesum",

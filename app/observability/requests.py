@@ -1,5 +1,6 @@
-"""ASGI middleware around every HTTP request: its request id (logged, echoed as `x-request-id`), and its count
-and latency by route template (never the raw path, which holds ids: one series per route, not per response)."""
+"""ASGI middleware around every HTTP request: its request id (logged, echoed as `x-request-id`), the response id in
+its path (logged), and its count and latency by route template (never the raw path, which holds ids: one series per
+route, not per response)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class RequestObservation:
                 message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER, request_id.encode())]
             await send(message)
 
-        with logs.bound(request_id=request_id):
+        with logs.bound(request_id=request_id), logs.bound_request(scope):
             try:
                 await self.app(scope, receive, observed_send)
             finally:

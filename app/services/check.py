@@ -4,20 +4,18 @@ each thing that is wrong, how to fix it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis.asyncio as redis
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
+from app.config import Settings, setting_problems
 from app.db.migrations import current_revision, head_revision
 from app.db.session import create_engine
 from app.model_registry.loading import load_registry
 from app.model_registry.spec import ModelConfigError
-from app.queue.arq_backend import WORKERS_KEY
+from app.queue.arq_backend import ArqQueue
 
 #: A check that waits longer than this on a server reports it unreachable.
 CHECK_TIMEOUT_S = 10.0
@@ -35,10 +33,7 @@ def load_settings() -> tuple[Settings | None, Finding]:
     try:
         settings = Settings()
     except ValidationError as error:
-        wrong = "; ".join(
-            f"RESPONSES_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
-            for problem in error.errors()
-        )
+        wrong = "; ".join(setting_problems(error))
         return None, Finding("settings", False, wrong, "correct these environment variables (or .env); see README")
     mode = "embedded mode (no Redis)" if settings.embedded else "distributed mode"
     keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API keys: an open server"
@@ -96,10 +91,11 @@ async def check_redis(settings: Settings) -> Finding:
     if settings.redis_url is None:
         return Finding("redis", True, "not configured: generation runs in the server process")
     where = _safe_url(settings.redis_url)
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=CHECK_TIMEOUT_S / 2)
+    queue: ArqQueue | None = None
     try:
-        await asyncio.wait_for(client.ping(), CHECK_TIMEOUT_S)
-        workers = await client.zcount(WORKERS_KEY, time.time(), "+inf")
+        # The queue the server would use (connecting pings Redis), and its own count of live workers.
+        queue = await asyncio.wait_for(ArqQueue.connect(settings), CHECK_TIMEOUT_S)
+        workers = await asyncio.wait_for(queue.live_workers(), CHECK_TIMEOUT_S)
     except Exception as error:
         return Finding(
             "redis",
@@ -108,7 +104,8 @@ async def check_redis(settings: Settings) -> Finding:
             "check RESPONSES_REDIS_URL and that Redis is up (or unset it for embedded mode)",
         )
     finally:
-        await client.aclose()
+        if queue is not None:
+            await queue.close()
     # No worker yet is no problem here (they may start after the API), but foreground creates wait for one.
     return Finding("redis", True, f"{where} answers; {workers} worker(s) alive")
 

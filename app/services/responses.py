@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.repositories import responses as repository
 from app.errors import InvalidRequest, response_not_found
 from app.runtime import Runtime
 from app.schemas.responses import TERMINAL_STATUSES, DeletedResponse, ResponseObject
-from app.services.cancellation import stop_response
 from app.services.includes import with_includes
 from app.services.snapshots import response_from_row
 from app.services.streams import relay_events
@@ -48,32 +47,30 @@ async def stream_stored_response(
     return relay_events(runtime, response_id, subscription, after=after, replay=True, stored=True, cancel_on_exit=False)
 
 
-async def delete_response(runtime: Runtime, response_id: str, tenant: str) -> DeletedResponse:
-    """A running response is cancelled first: its generation stops rather than go on for a response that is gone."""
-    async with runtime.sessionmaker() as session:
+#: How a delete stops a response still queued or generating (the API: cancel it, then wait until it ended).
+StopRunning = Callable[[str], Awaitable[None]]
+
+
+async def delete_response(
+    sessionmaker: async_sessionmaker[AsyncSession], response_id: str, tenant: str, *, stop_running: StopRunning | None
+) -> DeletedResponse:
+    """Delete a stored response with its items and events. One still queued or generating is stopped first with
+    `stop_running`, so that its generation does not go on for a response that is gone; with None (the operator
+    CLI, which has no queue to reach a generation through) it is a 400 instead."""
+    async with sessionmaker() as session:
         row = await repository.get_response(session, response_id, tenant)
     if row is None:
         raise response_not_found(response_id)
     if row.status not in TERMINAL_STATUSES:
-        await stop_response(runtime, response_id)
-    async with runtime.sessionmaker() as session, session.begin():
+        if stop_running is None:
+            raise InvalidRequest(
+                f"Response '{response_id}' is still {row.status}: cancel it (POST /v1/responses/{response_id}/cancel) "
+                "or wait until it ends, then delete it.",
+                param="response_id",
+                code="response_in_progress",
+            )
+        await stop_running(response_id)
+    async with sessionmaker() as session, session.begin():
         if not await repository.delete_response(session, response_id, tenant):
             raise response_not_found(response_id)
-    return DeletedResponse(id=response_id)
-
-
-async def delete_finished_response(session: AsyncSession, response_id: str, tenant: str) -> DeletedResponse:
-    """Delete a response that has ended, where no generation can be stopped (the operator CLI): a 400 while it
-    is still queued or generating."""
-    row = await repository.get_response(session, response_id, tenant)
-    if row is None:
-        raise response_not_found(response_id)
-    if row.status not in TERMINAL_STATUSES:
-        raise InvalidRequest(
-            f"Response '{response_id}' is still {row.status}: cancel it (POST /v1/responses/{response_id}/cancel) "
-            "or wait until it ends, then delete it.",
-            param="response_id",
-            code="response_in_progress",
-        )
-    await repository.delete_response(session, response_id, tenant)
     return DeletedResponse(id=response_id)

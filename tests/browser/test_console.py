@@ -75,7 +75,9 @@ def test_unknown_and_foreign_ids_are_404_pages(
     page: Page, other_client: openai.OpenAI, model: str, screenshots: Path
 ) -> None:
     theirs = other_client.responses.create(model=model, input="Hi.", max_output_tokens=16)
-    for path in (f"#/responses/{theirs.id}", "#/responses/resp_nope", "#/conversations/conv_nope", "#/nowhere"):
+    paths = (f"#/responses/{theirs.id}", "#/responses/resp_nope", "#/conversations/conv_nope", "#/nowhere")
+    # A malformed escape in the address is a page that does not exist too (it once left a blank page).
+    for path in (*paths, "#/responses/%"):
         page.goto(f"/console/{path}")
         expect(page.get_by_test_id("not-found")).to_be_visible()
         expect(page.get_by_text("Pumpkin")).to_have_count(0)
@@ -114,3 +116,18 @@ def test_live_view_follows_a_running_stream_then_cancel_and_delete(
     page.screenshot(path=screenshots / "deleted.png", full_page=True)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(response_id)
+
+
+def test_live_view_of_a_response_created_without_stream_says_so_and_can_cancel(
+    page: Page, client: openai.OpenAI, model: str, screenshots: Path
+) -> None:
+    created = client.responses.create(
+        model=model, input=STORY, background=True, max_output_tokens=2000, temperature=0.8
+    )
+    page.goto(f"/console/#/responses/{created.id}/live")
+    expect(page.get_by_test_id("live-unstreamed")).to_contain_text("created without stream: true")
+    page.screenshot(path=screenshots / "live-unstreamed.png", full_page=True)
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_test_id("live-status")).to_contain_text("cancelled", timeout=WAIT_MS)
+    expect(page.get_by_role("button", name="Cancel")).to_be_disabled()
+    assert client.responses.retrieve(created.id).status == "cancelled"

@@ -66,12 +66,14 @@ def test_list_then_purge_at_startup_and_by_hand(database_url: str, tmp_path: Pat
         with sdk_client(server.base_url) as client:
             model = client.models.list().data[0].id
             first = client.responses.create(
-                model=model, input="Say hi.", max_output_tokens=16, metadata={"run": "retention"}
+                model=model, input="Say hi.", max_output_tokens=16, metadata={"run": "retention", 'a"b,{c}': "odd"}
             )
             second = client.responses.create(
                 model=model, input="Again.", max_output_tokens=16, previous_response_id=first.id
             )
             assert _ids(server.base_url, **{"metadata[run]": "retention"}) == ([first.id], False)
+            # A key that would break a JSON path (Postgres: `"` and `{`; `,` nests) is matched as written.
+            assert _ids(server.base_url, **{'metadata[a"b,{c}]': "odd"}) == ([first.id], False)
             assert _ids(server.base_url, limit=1) == ([second.id], True)
             assert _ids(server.base_url, limit=1, after=second.id) == ([first.id], False)
             assert _ids(server.base_url, previous_response_id=first.id, status=second.status) == ([second.id], False)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.config import Settings
 from app.db.migrations import upgrade_to_head
 from tests.fixtures.server import free_port
 
@@ -68,3 +69,26 @@ def test_a_bad_setting_is_named(
     monkeypatch.setenv("RESPONSES_LEASE_S", "0")
     code, out = run_check(capsys)
     assert code == 1 and "PROBLEM  settings  RESPONSES_LEASE_S" in out, out
+
+
+def test_redis_is_read_through_the_queue_the_server_uses(
+    environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class CountingQueue:
+        closed = False
+
+        async def live_workers(self, model: str | None = None) -> int:
+            return 3
+
+        async def close(self) -> None:
+            CountingQueue.closed = True
+
+    async def connect(settings: Settings) -> CountingQueue:
+        assert settings.redis_url == "redis://queue.example:6379/0"
+        return CountingQueue()
+
+    monkeypatch.setattr("app.services.check.ArqQueue.connect", connect)
+    monkeypatch.setenv("RESPONSES_REDIS_URL", "redis://queue.example:6379/0")
+    _, out = run_check(capsys)
+    assert "ok       redis     redis://queue.example:6379/0 answers; 3 worker(s) alive" in out, out
+    assert CountingQueue.closed

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
+from starlette.types import Message, Receive, Scope, Send
 
 from app.generation.types import SamplingParams
 from app.observability import logs, tracing
@@ -155,6 +156,40 @@ async def test_json_logs_carry_the_ids_and_never_the_key(client: httpx.AsyncClie
     assert entry["request_id"] == "req-from-client"
     assert entry["tenant"].startswith("key:") and entry["level"] == "info"
     assert all("sk-very-secret" not in line for line in json_lines.lines)
+
+
+async def test_every_request_line_about_a_response_names_it(
+    app: FastAPI, client: httpx.AsyncClient, json_lines: JsonLines
+) -> None:
+    created = (await client.post("/v1/responses", json={"input": "hi"})).json()["id"]
+
+    async def with_access_lines(scope: Scope, receive: Receive, send: Send) -> None:
+        """As uvicorn does: its access line is logged when the reply starts, within the app's own context."""
+
+        async def logging_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                logging.getLogger("uvicorn.access").info("%s %s %d", scope["method"], scope["path"], message["status"])
+            await send(message)
+
+        await app(scope, receive, logging_send)
+
+    transport = httpx.ASGITransport(app=with_access_lines)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        json_lines.lines.clear()
+        for method, path in [
+            ("GET", f"/v1/responses/{created}"),
+            ("GET", f"/v1/responses/{created}?stream=true"),
+            ("GET", f"/v1/responses/{created}/input_items"),
+            ("POST", f"/v1/responses/{created}/cancel"),
+            ("DELETE", f"/v1/responses/{created}"),
+            ("GET", f"/v1/responses/{created}"),
+        ]:
+            await http.request(method, path)
+    access = [json.loads(line) for line in json_lines.lines if '"logger": "uvicorn.access"' in line]
+    assert len(access) == 6, json_lines.lines
+    assert all(entry["response_id"] == created and entry["request_id"] for entry in access), access
+    # Outside a request, and on a route without one, no response id is made up.
+    assert "response_id" not in logs.current()
 
 
 def test_uvicorn_access_lines_become_json_with_the_request_context() -> None:
@@ -320,7 +355,9 @@ async def test_a_runner_reports_its_sequences_and_zeroes_them_when_its_model_is_
     def gauge(name: str) -> float | None:
         return REGISTRY.get_sample_value(f"llama_responses_{name}", {"model": "gauged"})
 
-    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("queue_depth")) == (2, 0, 1)
+    assert (gauge("active_sequences"), gauge("free_sequences"), gauge("sequence_waiting_jobs")) == (2, 0, 1)
+    # The queue's depth (jobs waiting for a worker) is another gauge, which a runner leaves alone.
+    assert gauge("queue_depth") is None
     assert gauge("prefix_cache_bytes") == 4096
     await runner.close()
     assert (gauge("active_sequences"), gauge("free_sequences"), gauge("prefix_cache_bytes")) == (0, 0, 0)

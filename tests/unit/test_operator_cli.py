@@ -112,3 +112,16 @@ def test_prune_purges_what_retention_says(
     monkeypatch.setenv("RESPONSES_RETENTION_DAYS", "0")
     assert main(["prune"]) == 0
     assert capsys.readouterr().out.startswith("purged 0 responses")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"), [("RESPONSES_RETENTION_DAYS", "1000000"), ("RESPONSES_EVENTS_RETENTION_HOURS", "1e9")]
+)
+def test_a_retention_past_a_datetimes_range_is_refused_with_its_name(
+    database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    # Once accepted, it overflowed `now - retention`: every purge tick failed and `prune` crashed.
+    monkeypatch.setenv(variable, value)
+    assert main(["prune"]) == 2
+    error = capsys.readouterr().err
+    assert variable in error and "less than or equal to" in error

@@ -83,6 +83,20 @@ async def test_filters(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     day_ago = int((utc_now() - timedelta(days=1)).timestamp())
     assert ids(await _list(client, created_before=day_ago)) == [old]
     assert old not in ids(await _list(client, created_after=day_ago))
+    # The last second a datetime holds is a bound like any other.
+    assert len(ids(await _list(client, created_before=253402300799))) == 4
+    assert ids(await _list(client, created_after=253402300799)) == []
+
+
+async def test_a_metadata_key_is_matched_as_written_whatever_its_characters(client: httpx.AsyncClient) -> None:
+    # Each of these once went into a JSON path: a 503 (SQLite), a 500 or a nested path (Postgres).
+    odd = {'a"b': "1", "a,b": "2", "{c}": "3", "$.x[0]": "4", "a.b": "5"}
+    tagged = await _create(client, metadata=odd)
+    nested = await _create(client, metadata={"a": "2"})
+    for key, value in odd.items():
+        assert [r["id"] for r in (await _list(client, **{f"metadata[{key}]": value}))["data"]] == [tagged], key
+    assert (await _list(client, **{"metadata[a,b]": "1"}))["data"] == []
+    assert [r["id"] for r in (await _list(client, **{"metadata[a]": "2"}))["data"]] == [nested]
 
 
 async def test_each_tenant_lists_only_its_own(two_tenants: tuple[httpx.AsyncClient, httpx.AsyncClient]) -> None:
@@ -108,6 +122,9 @@ async def test_each_tenant_lists_only_its_own(two_tenants: tuple[httpx.AsyncClie
         ({"status": "done"}, "status"),
         ({"created_after": -1}, "created_after"),
         ({"created_before": "yesterday"}, "created_before"),
+        # Past the year 9999: refused, rather than a 500 from the conversion to a datetime.
+        ({"created_after": 99999999999999}, "created_after"),
+        ({"created_before": 253402300800}, "created_before"),
         ({"after": "resp_nope"}, "after"),
     ],
 )

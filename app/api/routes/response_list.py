@@ -15,6 +15,9 @@ from app.services.response_list import list_responses
 
 router = APIRouter()
 
+#: 9999-12-31T23:59:59Z, the last second a datetime holds: a later bound is a 400, not a 500 from the conversion.
+MAX_CREATED_AT = 253402300799
+
 METADATA_PARAM = "metadata["
 #: metadata[key]=value is read from the raw query (any key): described here for the OpenAPI document.
 METADATA_QUERY = {
@@ -52,8 +55,8 @@ async def get_responses(
     status: ResponseStatus | None = None,
     model: str | None = None,
     previous_response_id: str | None = None,
-    created_after: Annotated[int | None, Query(ge=0)] = None,
-    created_before: Annotated[int | None, Query(ge=0)] = None,
+    created_after: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
+    created_before: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
 ) -> ResponseList:
     filters = ResponseFilters(
         status=status,

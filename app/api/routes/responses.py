@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -65,7 +66,8 @@ async def get_response(
 
 @router.delete("/responses/{response_id}", responses=errors(404))
 async def delete_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> DeletedResponse:
-    return await service.delete_response(runtime, response_id, tenant)
+    stop_running = partial(cancellation.stop_response, runtime)
+    return await service.delete_response(runtime.sessionmaker, response_id, tenant, stop_running=stop_running)
 
 
 @router.post("/responses/{response_id}/cancel", responses=errors(404))

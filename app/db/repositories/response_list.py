@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import ColumnElement, Select, and_, exists, func, literal_column, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ResponseRow
@@ -14,6 +14,22 @@ from app.schemas.response_list import ResponseFilters
 
 def _moment(unix_s: int) -> datetime:
     return datetime.fromtimestamp(unix_s, UTC)
+
+
+def _metadata_matches(dialect: str, key: str, value: str) -> ColumnElement[bool]:
+    """metadata[key] == value, with the key a bound parameter on either database, never part of a JSON path.
+
+    NOTE: a JSON path cannot hold every key (on SQLite a `"` ends a quoted label; on Postgres `,`, `{` and `"`
+    change a `#>` path), so the key is compared as a value: Postgres indexes with `->` by a bound key, SQLite
+    reads the metadata object's members through json_each.
+    """
+    if dialect == "postgresql":
+        matches: ColumnElement[bool] = ResponseRow.params["metadata"][key].as_string() == value
+        return matches
+    members = func.json_each(ResponseRow.params, "$.metadata").table_valued("key", "value")
+    member: Select[tuple[int]] = select(literal_column("1")).select_from(members)
+    member = member.where(members.c.key == key, members.c.value == value)
+    return exists(member)
 
 
 async def page_responses(
@@ -34,8 +50,9 @@ async def page_responses(
         query = query.where(ResponseRow.model == filters.model)
     if filters.previous_response_id is not None:
         query = query.where(ResponseRow.previous_response_id == filters.previous_response_id)
+    dialect = session.get_bind().dialect.name
     for key, value in filters.metadata.items():
-        query = query.where(ResponseRow.params[("metadata", key)].as_string() == value)
+        query = query.where(_metadata_matches(dialect, key, value))
     if filters.created_after is not None:
         query = query.where(ResponseRow.created_at >= _moment(filters.created_after))
     if filters.created_before is not None:
