@@ -99,6 +99,8 @@ def test_single_model_settings_are_the_one_model_case(tmp_path: Path) -> None:
     ("file_text", "values", "message"),
     [
         ("[[models]\nid = 1", {}, "does not parse"),
+        ("models = []", {}, "models.toml declares no models"),
+        ("", {}, "models.toml declares no models"),
         ('[[models]]\nid = "a"\npath = "missing.gguf"', {}, "model 'a': model file"),
         ('[[models]]\nid = "a"\npath = "a.gguf"\ncolour = "red"', {}, "model 'a': colour: Extra inputs"),
         ('[[models]]\nid = "a"\npath = "a.gguf"\ntemperature = 9', {}, "model 'a': temperature"),
