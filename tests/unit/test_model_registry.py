@@ -61,6 +61,8 @@ path = "big.gguf"
     big = registry.get("big")
     assert big is not None and big.n_ctx == 4096, "the deployment-wide setting where the entry gives none"
     assert big.owned_by == "llama-responses" and big.created > 0
+    # A worker's --model names: ids or aliases, each model once; none named: every model.
+    assert registry.resolve(["big", "gpt-4o", "small"]) == ["big", "small"] and registry.resolve([]) == registry.ids
 
 
 def test_models_setting_directory_and_aliases_setting(tmp_path: Path) -> None:
