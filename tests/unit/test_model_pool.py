@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.config import Settings
+from app.generation.engine import LlamaEngine
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 from app.model_registry.spec import ModelRegistry, ModelSpec
 from app.queue.base import GenerationJob, ModelRunner
@@ -191,3 +193,24 @@ async def test_takeover_tokens_come_from_the_jobs_model(tmp_path: Path) -> None:
     assert await pool.tokenize("a", "hi") == [ord("h"), ord("i")]
     with pytest.raises(Exception, match="'nope' could not be loaded: it is not declared here"):
         await pool.tokenize("nope", "hi")
+
+
+class StubEngine:
+    def close(self) -> None:
+        return None
+
+
+async def test_the_budgets_bind_only_the_pool_given_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker builds its pool without them: it keeps every model it serves, whatever the embedded budget says.
+    monkeypatch.setattr(LlamaEngine, "from_settings", classmethod(lambda cls, settings, spec: StubEngine()))
+    settings = Settings(max_loaded_models=1, _env_file=None)  # type: ignore[call-arg]
+    worker_pool = ModelPool.from_settings(settings, registry(tmp_path, {"a": 1, "b": 1}))
+    await worker_pool.preload("a")
+    await worker_pool.preload("b")
+    assert worker_pool.loaded() == {"a", "b"}
+    await worker_pool.close()
+    embedded_pool = ModelPool.from_settings(settings, registry(tmp_path, {"a": 1, "b": 1}), max_models=1)
+    await embedded_pool.preload("a")
+    await embedded_pool.preload("b")
+    assert embedded_pool.loaded() == {"b"}
+    await embedded_pool.close()
