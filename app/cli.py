@@ -52,22 +52,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_models(settings: Settings, names: list[str] | None) -> list[str]:
-    """The ids of the models a worker serves: --model (or RESPONSES_WORKER_MODELS), aliases allowed; else all."""
-    registry = load_registry(settings)
-    names = names or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
-    if not names:
-        return registry.ids
-    models: list[str] = []
-    for name in names:
-        spec = registry.get(name)
-        if spec is None:
-            raise ModelConfigError(f"worker model '{name}' is not declared (served: {', '.join(registry.ids)})")
-        if spec.id not in models:
-            models.append(spec.id)
-    return models
-
-
 def _worker(args: argparse.Namespace) -> int:
     settings = Settings()
     if settings.embedded:
@@ -75,7 +59,9 @@ def _worker(args: argparse.Namespace) -> int:
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
     try:
-        models = _worker_models(settings, args.model)
+        # --model (or RESPONSES_WORKER_MODELS), aliases allowed; else every declared model.
+        names = args.model or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
+        models = load_registry(settings).resolve(names)
     except ModelConfigError as error:
         return _fail(error)
     from app.observability.logs import configure_logging

@@ -65,7 +65,10 @@ class Settings(BaseSettings):
     max_loaded_mb: int = Field(
         0,
         ge=0,
-        description="Embedded mode: most MB of model files in memory at once (as max_loaded_models); 0: no limit.",
+        description=(
+            "Embedded mode: most MB of model files in memory at once (as max_loaded_models): the weights only, not "
+            "KV or prefix caches; 0: no limit."
+        ),
     )
     worker_models: str | None = Field(
         None, description="Models a worker serves, comma-separated (`worker --model` overrides); default: all."

@@ -66,7 +66,10 @@ async def build_generation(
 
     from app.queue.inprocess import InProcessQueue
 
-    return renderers, InProcessQueue(ModelPool.from_settings(settings, registry), sessionmaker, settings.lease_s)
+    pool = ModelPool.from_settings(
+        settings, registry, max_models=settings.max_loaded_models, max_bytes=settings.max_loaded_mb * 2**20
+    )
+    return renderers, InProcessQueue(pool, sessionmaker, settings.lease_s)
 
 
 def create_app(

@@ -34,8 +34,3 @@ class Runtime:
     slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))
-
-    @property
-    def model_id(self) -> str:
-        """The default model's id (requests that name no model get it)."""
-        return self.models.default.id

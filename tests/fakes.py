@@ -143,6 +143,9 @@ class FakeRunner:
         if response_id in self.runs:
             self.runs[response_id].cancel()
 
+    def loaded(self) -> set[str] | None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -111,6 +111,9 @@ def _read_models_file(settings: Settings, path: Path) -> tuple[list[ModelSpec], 
             location = location[2:]
         field = ".".join(str(part) for part in location)
         raise ModelConfigError(f"{where}: {field + ': ' if field else ''}{first['msg']}") from None
+    if not parsed.models:
+        # Refused: the shipped model, served in its place, is not what the operator declared.
+        raise ModelConfigError(f"models file {path} declares no models (add a [[models]] entry with id and path)")
     specs = [
         _spec(
             settings,

@@ -72,6 +72,19 @@ class ModelRegistry:
         """The model a name (an id or an alias) stands for."""
         return self._models.get(self._aliases.get(name, name))
 
+    def resolve(self, names: Sequence[str]) -> list[str]:
+        """The ids `names` (ids or aliases) stand for, each once, in order; every model's where none is named."""
+        if not names:
+            return self.ids
+        ids: list[str] = []
+        for name in names:
+            spec = self.get(name)
+            if spec is None:
+                raise ModelConfigError(f"worker model '{name}' is not declared (served: {', '.join(self.ids)})")
+            if spec.id not in ids:
+                ids.append(spec.id)
+        return ids
+
     @property
     def aliases(self) -> Mapping[str, str]:
         return dict(self._aliases)

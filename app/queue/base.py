@@ -103,6 +103,9 @@ class ModelRunner(Protocol):
 
     def cancel(self, response_id: str) -> None: ...
 
+    def loaded(self) -> set[str] | None:
+        """The models in memory now; None where the runner does not load models on demand (it has its one)."""
+
     async def close(self) -> None: ...
 
 

@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.ids import new_id
 from app.queue.base import GenerationJob, ModelAvailability, ModelRunner
 from app.queue.memory_bus import MemoryBus
-from app.queue.model_pool import ModelPool
 from app.services.execution import DEFAULT_LEASE_S, execute_job
 
 
@@ -48,7 +47,7 @@ class InProcessQueue:
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
         """This process runs every model; a pool says which are in memory now."""
-        loaded = self.runner.loaded() if isinstance(self.runner, ModelPool) else None
+        loaded = self.runner.loaded()
         return {model: ModelAvailability(1, None if loaded is None else model in loaded) for model in models}
 
     async def ping(self) -> None:

@@ -78,6 +78,9 @@ class LocalRunner:
         if run is not None:
             run.cancel()
 
+    def loaded(self) -> set[str] | None:
+        return None  # its one engine, loaded when it was built
+
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.close)
         for model in self._reported:  # an unloaded model holds no sequences and no saved prefixes

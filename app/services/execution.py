@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.base import utc_now
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
-from app.generation.types import Finish, GenerationFailed, ScoredPiece
+from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
 from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ErrorEvent, ResponseEvent, ResponseLifecycleEvent
@@ -305,7 +305,14 @@ class JobExecution:
         if not await self._claim():
             logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
-        job = await self._resume(runner)
+        try:
+            job = await self._resume(runner)
+        except ModelLoadError as error:
+            # A takeover tokenises what was written with the job's model: one that will not load here fails
+            # the response, as it does a fresh job (raised, it would leave the response to wait for its lease).
+            self._ended = True
+            await self._close(GenerationFailed(str(error)))
+            return
         try:
             if not self.resumed:
                 await self._emit(self.assembler.start())

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from app.config import Settings
+from app.generation.engine import LlamaEngine
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 from app.model_registry.spec import ModelRegistry, ModelSpec
 from app.queue.base import GenerationJob, ModelRunner
@@ -118,14 +120,63 @@ async def test_a_busy_model_is_never_unloaded_the_load_waits_for_it(tmp_path: Pa
 async def test_a_model_that_fails_to_load_fails_its_requests_only(tmp_path: Path) -> None:
     loader = Loader()
     loader.failing.add("bad")
-    pool = ModelPool(registry(tmp_path, {"good": 1, "bad": 1}), loader)
+    pool = ModelPool(registry(tmp_path, {"good": 1, "bad": 1}), loader, max_models=1, failed_load_memory_s=0.2)
     outputs = await run(pool, "bad")
     assert len(outputs) == 1 and isinstance(outputs[0], GenerationFailed)
     assert outputs[0].message == "The model 'bad' could not be loaded: corrupt GGUF"
     assert isinstance((await run(pool, "good"))[-1], Finish)
+    # Failed a moment ago: its requests fail at once, the same way, and the healthy model stays loaded.
+    outputs = await run(pool, "bad", 1)
+    assert [output.message for output in outputs if isinstance(output, GenerationFailed)] == [
+        "The model 'bad' could not be loaded: corrupt GGUF"
+    ]
+    assert loader.loads == ["bad", "good"] and pool.loaded() == {"good"} and loader.closed == []
     loader.failing.clear()  # a later request tries again
-    assert isinstance((await run(pool, "bad", 1))[-1], Finish)
+    await asyncio.sleep(0.25)
+    assert isinstance((await run(pool, "bad", 2))[-1], Finish)
     assert loader.loads == ["bad", "good", "bad"]
+
+
+async def test_two_cold_requests_for_two_models_under_a_budget_of_one_both_finish(tmp_path: Path) -> None:
+    # Regression: the second load used to unload the first before its request woke up, and the two models
+    # evicted each other for ever (thousands of loads, neither request finished).
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1}), loader, max_models=1)
+    results = await asyncio.wait_for(asyncio.gather(run(pool, "a"), run(pool, "b")), 5)
+    assert all(isinstance(outputs[-1], Finish) and outputs[-1].reason == "length" for outputs in results)
+    assert sorted(loader.loads) == ["a", "b"]
+
+
+async def test_a_load_waiting_for_room_is_not_starved_by_new_requests_for_the_busy_model(tmp_path: Path) -> None:
+    loader = Loader(delay_s=0.03)
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1}), loader, max_models=1)
+    first_a = asyncio.create_task(run(pool, "a"))
+    while pool.loaded() != {"a"}:
+        await asyncio.sleep(0.005)
+    load_b = asyncio.create_task(run(pool, "b"))
+    later_a: list[asyncio.Task[list[GenerationOutput]]] = []
+    while not load_b.done() and len(later_a) < 200:  # a new request for a always in flight
+        later_a.append(asyncio.create_task(run(pool, "a", len(later_a) + 1)))
+        await asyncio.sleep(0.01)
+    assert load_b.done(), "b never loaded: the requests for a kept it busy"
+    results = await asyncio.wait_for(asyncio.gather(first_a, load_b, *later_a), 5)
+    assert all(isinstance(outputs[-1], Finish) for outputs in results)
+    assert loader.loads[:3] == ["a", "b", "a"] and len(loader.loads) <= 4
+
+
+async def test_a_request_cancelled_while_its_model_loads_ends_at_once(tmp_path: Path) -> None:
+    loader = Loader()
+    pool = ModelPool(registry(tmp_path, {"a": 1, "b": 1}), loader, max_models=1)
+    loader.gate.clear()
+    waiting = pool.start(job("a"))
+    outputs_task: asyncio.Task[GenerationOutput] = asyncio.create_task(anext(waiting.outputs()))
+    while not loader.loads:
+        await asyncio.sleep(0.005)
+    pool.cancel("resp_a_0")
+    assert await asyncio.wait_for(outputs_task, 1) == Finish("cancelled", 2, 0, 0)
+    loader.gate.set()  # the load goes on, and leaves the model idle: b may unload it
+    assert isinstance((await asyncio.wait_for(run(pool, "b"), 5))[-1], Finish)
+    assert loader.loads == ["a", "b"] and pool.loaded() == {"b"}
 
 
 async def test_a_cancel_before_the_model_loads_ends_the_run_without_it(tmp_path: Path) -> None:
@@ -142,3 +193,24 @@ async def test_takeover_tokens_come_from_the_jobs_model(tmp_path: Path) -> None:
     assert await pool.tokenize("a", "hi") == [ord("h"), ord("i")]
     with pytest.raises(Exception, match="'nope' could not be loaded: it is not declared here"):
         await pool.tokenize("nope", "hi")
+
+
+class StubEngine:
+    def close(self) -> None:
+        return None
+
+
+async def test_the_budgets_bind_only_the_pool_given_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker builds its pool without them: it keeps every model it serves, whatever the embedded budget says.
+    monkeypatch.setattr(LlamaEngine, "from_settings", classmethod(lambda cls, settings, spec: StubEngine()))
+    settings = Settings(max_loaded_models=1, _env_file=None)  # type: ignore[call-arg]
+    worker_pool = ModelPool.from_settings(settings, registry(tmp_path, {"a": 1, "b": 1}))
+    await worker_pool.preload("a")
+    await worker_pool.preload("b")
+    assert worker_pool.loaded() == {"a", "b"}
+    await worker_pool.close()
+    embedded_pool = ModelPool.from_settings(settings, registry(tmp_path, {"a": 1, "b": 1}), max_models=1)
+    await embedded_pool.preload("a")
+    await embedded_pool.preload("b")
+    assert embedded_pool.loaded() == {"b"}
+    await embedded_pool.close()

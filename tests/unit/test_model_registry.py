@@ -61,6 +61,8 @@ path = "big.gguf"
     big = registry.get("big")
     assert big is not None and big.n_ctx == 4096, "the deployment-wide setting where the entry gives none"
     assert big.owned_by == "llama-responses" and big.created > 0
+    # A worker's --model names: ids or aliases, each model once; none named: every model.
+    assert registry.resolve(["big", "gpt-4o", "small"]) == ["big", "small"] and registry.resolve([]) == registry.ids
 
 
 def test_models_setting_directory_and_aliases_setting(tmp_path: Path) -> None:
@@ -99,6 +101,8 @@ def test_single_model_settings_are_the_one_model_case(tmp_path: Path) -> None:
     ("file_text", "values", "message"),
     [
         ("[[models]\nid = 1", {}, "does not parse"),
+        ("models = []", {}, "models.toml declares no models"),
+        ("", {}, "models.toml declares no models"),
         ('[[models]]\nid = "a"\npath = "missing.gguf"', {}, "model 'a': model file"),
         ('[[models]]\nid = "a"\npath = "a.gguf"\ncolour = "red"', {}, "model 'a': colour: Extra inputs"),
         ('[[models]]\nid = "a"\npath = "a.gguf"\ntemperature = 9', {}, "model 'a': temperature"),

@@ -16,6 +16,7 @@ from app.db.base import utc_now
 from app.db.models import GenerationProgressRow, ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
+from app.generation.types import ModelLoadError
 from app.runtime import Runtime
 from app.services.recovery import Reconciler, RecoveryPolicy
 from tests.fakes import FakeRunner
@@ -84,6 +85,25 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     assert row.attempts == 2 and row.job is None
     async with app_runtime.sessionmaker() as session:
         assert await jobs.progress_of(session, response_id) is None  # dropped with the job
+
+
+async def test_a_takeover_whose_model_will_not_load_fails_the_response_at_once(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(12)], 5
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    await asyncio.sleep(1.2)  # the dead run's lease expires
+
+    async def broken(model: str, text: str) -> list[int]:
+        raise ModelLoadError(model, "corrupt GGUF")
+
+    monkeypatch.setattr(runner, "tokenize", broken)
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    final = assert_well_formed_stream(parse_sse((await asyncio.wait_for(live, 5)).text))
+    assert final["status"] == "failed"
+    assert final["error"]["message"] == "The model 'fake-model' could not be loaded: corrupt GGUF"
+    assert (await client.get(f"/v1/responses/{response_id}")).json()["status"] == "failed"
 
 
 async def test_a_job_is_failed_after_its_last_attempt_with_a_terminal_event(
