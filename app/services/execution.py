@@ -72,6 +72,9 @@ class JobExecution:
         self._stored_pieces = self._stored_ids = self._stored_rows = 0
         self.cancel_requested = False
         self.resumed = False
+        #: The first sequence number not stored yet (kept events): a takeover of a run that died before saying
+        #: anything stores only the opening events that run did not.
+        self._next_stored = 0
         self.prior_tokens = 0
         self._ended = False  # the run's Finish (or GenerationFailed) was read
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
@@ -110,6 +113,8 @@ class JobExecution:
             if row is None:
                 return False
             self.progress = await jobs.progress_of(session, row.id)
+            if row.attempts > 1 and self.progress is None and self.job.keep_events:
+                self._next_stored = await jobs.next_sequence_number(session, row.id)
             self.cancel_requested = row.cancel_requested_at is not None
             if row.attempts > 1:
                 logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
@@ -308,7 +313,8 @@ class JobExecution:
         job = await self._resume(runner)
         try:
             if not self.resumed:
-                await self._emit(self.assembler.start())
+                opening = self.assembler.start()
+                await self._emit([event for event in opening if event.sequence_number >= self._next_stored])
         except LeaseLost:
             return
         generation = runner.start(job)
