@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 from sqlalchemy import delete, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
 from app.db.models import ResponseEventRow, ResponseRow
+from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.errors import is_outage
 from app.generation.types import GenerationOutput
@@ -155,6 +158,37 @@ async def test_an_unstored_stream_whose_job_dies_ends_failed(client: httpx.Async
     # The message it had opened is closed (incomplete) before them.
     assert events[-3]["type"] == "response.output_item.done" and events[-3]["item"]["status"] == "incomplete"
     assert_well_formed_stream(events)
+
+
+async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner.reply = ["w0", "w1", "w2"]
+    finish_held = jobs.finish_held
+
+    async def refuse_completed(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+        if values["status"] == "completed":  # not an outage: no retries, the response fails at once
+            raise IntegrityError("UPDATE responses", {}, Exception("injected fault at the final commit"))
+        return await finish_held(session, response_id, owner=owner, values=values)
+
+    monkeypatch.setattr(jobs, "finish_held", refuse_completed)
+    events = parse_sse(
+        (await client.post("/v1/responses", json={"input": "hi", "background": True, "stream": True})).text
+    )
+    final = assert_well_formed_stream(events)
+    assert [event["type"] for event in events[-5:]] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
+    assert events[-3]["item"]["status"] == "incomplete"
+    assert final["status"] == "failed" and final["error"]["code"] == "server_error" and final["usage"] is None
+    assert final["output"][0]["status"] == "incomplete" and final["output"][0]["content"][0]["text"] == "w0 w1 w2"
+    assert (await client.get(f"/v1/responses/{final['id']}")).json() == final
+    replayed = parse_sse((await client.get(f"/v1/responses/{final['id']}", params={"stream": "true"})).text)
+    assert replayed == events
 
 
 async def test_delete_of_a_running_response_stops_it(client: httpx.AsyncClient, runner: FakeRunner) -> None:
