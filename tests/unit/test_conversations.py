@@ -253,8 +253,10 @@ async def test_a_response_ended_by_recovery_frees_its_conversation(
         await client.post("/v1/responses", json={"input": "x", "conversation": made["id"], "background": True})
     ).json()
     # Recovery (or a cancel that timed out) ends it without the executor's final commit.
+    while stuck["id"] not in runner.runs:  # claimed, generating
+        await asyncio.sleep(0.01)
     async with app_runtime.sessionmaker() as session, session.begin():
-        assert await jobs.expire_leases(session)
+        assert await jobs.expire_leases(session) == 1
     error = {"code": "server_error", "message": "lost"}
     assert await end_response(app_runtime.sessionmaker, None, stuck["id"], status="failed", error=error)
     runner.delay_s = 0
