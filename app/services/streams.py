@@ -215,6 +215,7 @@ async def _ending(
             if earlier["sequence_number"] >= terminal["sequence_number"]:
                 break
             items.see(earlier)
+            after_error = earlier["type"] == "error"
     response = terminal.get("response") or {}
     ending = items.close(terminal["sequence_number"], response.get("output") or [])
     number = terminal["sequence_number"] + len(ending)
