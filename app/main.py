@@ -39,7 +39,7 @@ from app.queue.base import GenerationQueue
 from app.queue.model_pool import ModelPool
 from app.runtime import Runtime
 from app.services.periodic import run_periodically
-from app.services.recovery import Reconciler, RecoveryPolicy, fail_unfinished_responses
+from app.services.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
 from app.services.retention import PRUNE_INTERVAL_S, apply_retention
 from app.services.sealing import load_sealer
 from app.services.tenant_slots import TenantSlots
@@ -104,11 +104,14 @@ def create_app(
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
         )
         maintenance: list[asyncio.Task[None]] = []
+        reconciler = Reconciler(sessionmaker, queue, RecoveryPolicy.from_settings(settings))
         if settings.embedded:
-            # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost.
-            orphans = await fail_unfinished_responses(app.state.runtime)
+            # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost:
+            # reconciled at once (taken over, or ended), before the first request can read it as in progress.
+            orphans = await release_unfinished_responses(app.state.runtime)
             if orphans:
-                logger.warning("marked %d responses left unfinished by a previous run as failed", orphans)
+                logger.warning("%d responses were left generating by a previous run: reconciling them", orphans)
+                await reconciler.run_round()
             # Distributed mode prunes on the workers (an arq cron job); here, this process does.
             prune = run_periodically(
                 "applying retention", PRUNE_INTERVAL_S, lambda: apply_retention(sessionmaker, settings)
@@ -116,7 +119,6 @@ def create_app(
             maintenance.append(asyncio.create_task(prune))
         # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
         # client's stream ended) even when no worker is alive to notice.
-        reconciler = Reconciler(sessionmaker, queue, RecoveryPolicy.from_settings(settings))
         reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
         maintenance.append(asyncio.create_task(reconcile))
         try:

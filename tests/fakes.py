@@ -97,6 +97,9 @@ class FakeRun:
 
     async def outputs(self) -> AsyncIterator[GenerationOutput]:
         budget = min(self.job.sampling.max_output_tokens or len(self.reply), len(self.reply))
+        if self.crash_after == 0:  # dies in prefill, before any text
+            await asyncio.sleep(self.delay_s)
+            raise RuntimeError("the fake worker died")
         while self.produced < budget and not self.cancelled:
             await asyncio.sleep(self.delay_s)
             word = self.reply[self.produced]
@@ -123,7 +126,7 @@ class FakeRunner:
         self.reply = list(FAKE_REPLY)
         #: After this many words the run ends with GenerationFailed instead of a Finish.
         self.fail_after: int | None = None
-        #: After this many words the run raises, as if its worker died (its lease is left to expire).
+        #: After this many words (0: before any) the run raises, as if its worker died (its lease is left to expire).
         self.crash_after: int | None = None
         #: Put between the reply's pieces; "" replays them exactly (to split tags across pieces).
         self.separator = " "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -26,8 +27,9 @@ from app.db.repositories import responses as repository
 from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
 from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
-from app.schemas.events import ErrorEvent, ResponseEvent, ResponseLifecycleEvent
-from app.schemas.responses import ResponseError, ResponseObject
+from app.schemas.events import ResponseEvent
+from app.schemas.responses import ResponseObject
+from app.services.assembly import ResponseAssembler
 from app.services.finished_items import record_final_items
 from app.services.job_progress import (
     IdLog,
@@ -72,6 +74,9 @@ class JobExecution:
         self._stored_pieces = self._stored_ids = self._stored_rows = 0
         self.cancel_requested = False
         self.resumed = False
+        #: The first sequence number not stored yet (kept events): a takeover of a run that died before saying
+        #: anything stores only the opening events that run did not.
+        self._next_stored = 0
         self.prior_tokens = 0
         self._ended = False  # the run's Finish (or GenerationFailed) was read
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
@@ -110,6 +115,8 @@ class JobExecution:
             if row is None:
                 return False
             self.progress = await jobs.progress_of(session, row.id)
+            if row.attempts > 1 and self.progress is None and self.job.keep_events:
+                self._next_stored = await jobs.next_sequence_number(session, row.id)
             self.cancel_requested = row.cancel_requested_at is not None
             if row.attempts > 1:
                 logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
@@ -219,6 +226,8 @@ class JobExecution:
         return False
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
+        # The assembler before it closes anything: if the final write fails, the response fails from here.
+        unfinished = copy.deepcopy(self.assembler)
         if isinstance(output, GenerationFailed):
             events = self.assembler.fail(output.message)
         else:
@@ -240,28 +249,16 @@ class JobExecution:
         except Exception:
             logger.exception("could not store the final state of %s", self.job.response_id)
             self._lost = True
-            closing = [event for event in events[:-1] if event.type != "error"]
-            for event in await self._fail_unstored(closing, first + len(closing)):
+            for event in await self._fail_unstored(unfinished):
                 await self._publish(event)
 
-    async def _fail_unstored(self, closing: list[ResponseEvent], sequence_number: int) -> list[dict[str, Any]]:
-        """The final commit failed: end the response failed (a smaller write: no output) so that it does not
-        hang. Its stream still sees the items it opened end (`closing`, the final events but the terminal one),
-        then `error` and `response.failed`."""
-        failed = self.assembler.response.model_copy(
-            update={
-                "status": "failed",
-                "error": ResponseError(code="server_error", message=STORE_FAILED_MESSAGE),
-                "output": [],
-                "usage": None,
-                "incomplete_details": None,
-                "completed_at": None,
-            },
-            deep=True,
-        )
-        error = ErrorEvent(sequence_number=sequence_number, code="server_error", message=STORE_FAILED_MESSAGE)
-        event = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number + 1, response=failed)
-        payloads = [item.model_dump(mode="json") for item in [*closing, error, event]]
+    async def _fail_unstored(self, unfinished: ResponseAssembler) -> list[dict[str, Any]]:
+        """The final commit failed: end the response failed so that it does not hang, with the output so far
+        (none of the final events went out): the items it opened end `incomplete`, then `error` and
+        `response.failed`, whose response is the row GET reads."""
+        events = unfinished.fail(STORE_FAILED_MESSAGE)
+        failed = unfinished.response
+        payloads = [event.model_dump(mode="json") for event in events]
 
         async def store() -> None:
             async with self.sessionmaker() as session, session.begin():
@@ -275,7 +272,7 @@ class JobExecution:
         try:
             await store_with_retries(store, budget_s=self.lease_s)
         except LeaseLost:
-            verdict = await row_verdict(self.sessionmaker, self.job, sequence_number)
+            verdict = await row_verdict(self.sessionmaker, self.job, events[0].sequence_number)
             return [] if verdict is None else [verdict]
         except Exception:
             # The database is gone for longer than a lease: reconciliation ends (or retries) it once it is back.
@@ -315,7 +312,8 @@ class JobExecution:
             return
         try:
             if not self.resumed:
-                await self._emit(self.assembler.start())
+                opening = self.assembler.start()
+                await self._emit([event for event in opening if event.sequence_number >= self._next_stored])
         except LeaseLost:
             return
         generation = runner.start(job)

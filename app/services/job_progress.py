@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
+from app.errors import is_outage
 from app.ids import new_id
 from app.observability.metrics import REDIS_ERRORS
 from app.queue.base import EventBus, GenerationJob
@@ -95,15 +95,18 @@ def final_values(response: ResponseObject) -> dict[str, Any]:
 
 
 async def store_with_retries(store: Callable[[], Awaitable[None]], *, budget_s: float) -> None:
-    """Run a write, trying again on database errors for up to `budget_s` (a blip keeps the generation going;
-    an outage longer than the lease gives the job to reconciliation)."""
+    """Run a write, trying again while the database is down for up to `budget_s` (a blip keeps the generation
+    going; an outage longer than the lease gives the job to reconciliation). Any other error (a constraint, a
+    bug) is raised at once: the same write would fail the same way for the whole lease."""
     deadline = time.monotonic() + budget_s
     attempt = 0
     while True:
         try:
             await store()
             return
-        except (SQLAlchemyError, OSError) as error:
+        except Exception as error:
+            if not is_outage(error):
+                raise
             delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
             if time.monotonic() + delay > deadline:
                 raise

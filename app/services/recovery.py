@@ -198,7 +198,9 @@ class Reconciler:
         return requeued
 
 
-async def fail_unfinished_responses(runtime: Runtime) -> int:
-    """Embedded mode at start-up: responses a previous run left generating can never finish; say so."""
+async def release_unfinished_responses(runtime: Runtime) -> int:
+    """Embedded mode at start-up: the generations a previous run left in progress are lost with it; their leases
+    end now, for reconciliation to take each over (a background job with tries left) or end it as it ends any
+    lost run (the output so far kept, a terminal event stored, the job dropped). How many there were."""
     async with runtime.sessionmaker() as session, session.begin():
-        return await repository.fail_unfinished(session, error=LOST_GENERATION_ERROR)
+        return await jobs.expire_leases(session)

@@ -19,7 +19,9 @@ from app.schemas.events import (
     ContentPartEvent,
     ErrorEvent,
     OutputItemEvent,
+    OutputTextDeltaEvent,
     OutputTextDoneEvent,
+    ReasoningTextDeltaEvent,
     ReasoningTextDoneEvent,
     ResponseEvent,
     ResponseLifecycleEvent,
@@ -46,8 +48,8 @@ LOST_JOB_MESSAGE = "The worker generating this response stopped before it finish
 
 class OpenItems:
     """The output items a relayed stream opened and has not closed, with their text so far: a terminal event
-    that the relay makes itself (the generation never sent one) follows their `done` events, status
-    `incomplete`, so that a reader (the SDK's stream accumulator) sees every item end."""
+    that does not follow their `done` events (the relay made it from the row, or the run that sent it lost the
+    final write) gets them first, so that a reader (the SDK's stream accumulator) sees every item end."""
 
     def __init__(self, *, complete: bool = True) -> None:
         #: False for a replay resumed after some event: what was opened before it was not seen here.
@@ -55,12 +57,14 @@ class OpenItems:
         self._items: dict[str, dict[str, Any]] = {}  # item id -> the output_item.added event
         self._parts: dict[str, dict[str, Any]] = {}  # item id -> its content_part.added event
         self._text: dict[str, str] = {}
+        self._done: dict[str, tuple[int, dict[str, Any]]] = {}  # item id -> (output index, item as done)
 
     def see(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind == "response.output_item.added":
             self._items[event["item"]["id"]] = event
         elif kind == "response.output_item.done":
+            self._done[event["item"]["id"]] = (event["output_index"], event["item"])
             for known in (self._items, self._parts, self._text):
                 known.pop(event["item"]["id"], None)
         elif kind == "response.content_part.added":
@@ -68,38 +72,81 @@ class OpenItems:
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             self._text[event["item_id"]] = self._text.get(event["item_id"], "") + event["delta"]
 
-    def close(self, sequence_number: int) -> list[dict[str, Any]]:
+    def _closed(self, final_output: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+        """(output index, item as it ends) of each open item: as `final_output` has it (the response's own
+        output, by id), else with its text so far, `incomplete`."""
+        final = {item.get("id"): item for item in final_output}
+        closed = []
+        for item_id, added in sorted(self._items.items(), key=lambda entry: entry[1]["output_index"]):
+            if item_id in final:
+                item = final[item_id]
+            else:
+                text = self._text.get(item_id, "")
+                part = (
+                    ReasoningText(text=text).model_dump()
+                    if added["item"]["type"] == "reasoning"
+                    else OutputText(type="output_text", text=text).model_dump()
+                )
+                item = {**added["item"], "content": [part], "status": "incomplete"}
+            closed.append((added["output_index"], STORED_ITEM.validate_python(item).model_dump(mode="json")))
+        return closed
+
+    def output_so_far(self) -> list[dict[str, Any]]:
+        """Every item the stream saw, the open ones closed `incomplete`, in output order."""
+        return [item for _, item in sorted([*self._done.values(), *self._closed([])], key=lambda entry: entry[0])]
+
+    def close(self, sequence_number: int, final_output: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The `done` events of every open item, numbered from `sequence_number`."""
         events: list[ResponseEvent] = []
-        for item_id, added in sorted(self._items.items(), key=lambda entry: entry[1]["output_index"]):
-            index, text = added["output_index"], self._text.get(item_id, "")
+        for index, item in self._closed(final_output):
+            item_id = item["id"]
+            text = item["content"][0].get("text", "") if item.get("content") else ""
+            seen = self._text.get(item_id, "")
+            rest = text[len(seen) :] if text.startswith(seen) else ""
+            if item["type"] == "reasoning" and rest:  # the final text said more than the deltas it saw
+                events.append(
+                    ReasoningTextDeltaEvent(
+                        sequence_number=sequence_number + len(events),
+                        item_id=item_id,
+                        output_index=index,
+                        content_index=0,
+                        delta=rest,
+                    )
+                )
+            elif item_id in self._parts and rest:
+                events.append(
+                    OutputTextDeltaEvent(
+                        sequence_number=sequence_number + len(events),
+                        item_id=item_id,
+                        output_index=index,
+                        content_index=0,
+                        delta=rest,
+                    )
+                )
             number = sequence_number + len(events)
-            if added["item"]["type"] == "reasoning":
-                item = {**added["item"], "content": [ReasoningText(text=text).model_dump()], "status": "incomplete"}
+            if item["type"] == "reasoning":
                 events.append(
                     ReasoningTextDoneEvent(
                         sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
                     )
                 )
-            else:
-                part = OutputText(type="output_text", text=text)
-                item = {**added["item"], "content": [part.model_dump()], "status": "incomplete"}
-                if item_id in self._parts:
-                    events.append(
-                        OutputTextDoneEvent(
-                            sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
-                        )
+            elif item_id in self._parts:
+                part = OutputText.model_validate(item["content"][0])
+                events.append(
+                    OutputTextDoneEvent(
+                        sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
                     )
-                    events.append(
-                        ContentPartEvent(
-                            type="response.content_part.done",
-                            sequence_number=number + 1,
-                            item_id=item_id,
-                            output_index=index,
-                            content_index=0,
-                            part=part,
-                        )
+                )
+                events.append(
+                    ContentPartEvent(
+                        type="response.content_part.done",
+                        sequence_number=number + 1,
+                        item_id=item_id,
+                        output_index=index,
+                        content_index=0,
+                        part=part,
                     )
+                )
             events.append(
                 OutputItemEvent(
                     type="response.output_item.done",
@@ -128,12 +175,10 @@ async def _has_ended(runtime: Runtime, response_id: str) -> bool:
     return status is None or status in TERMINAL_STATUSES
 
 
-async def _closing_events(
-    runtime: Runtime, response_id: str, sequence_number: int, items: OpenItems
-) -> list[dict[str, Any]]:
-    """The terminal event the stored row stands for, after closing what the stream left open, for a stream whose
-    own terminal event never came (a reconciler ended it, its events were pruned, a live one was lost); an
-    `error` event if it was deleted."""
+async def _closing_events(runtime: Runtime, response_id: str, sequence_number: int) -> list[dict[str, Any]]:
+    """The terminal event the stored row stands for, for a stream whose own terminal event never came (a
+    reconciler ended it, its events were pruned, a live one was lost); an `error` event if it was deleted.
+    (relay_events closes what the stream left open before it.)"""
     async with runtime.sessionmaker() as session:
         row = await repository.get_by_id(session, response_id)
     if row is None or row.status not in TERMINAL_STATUSES:
@@ -141,53 +186,61 @@ async def _closing_events(
             sequence_number=sequence_number, code="response_not_found", message="This response was deleted."
         )
         return [gone.model_dump(mode="json")]
-    if not items.complete:  # a resumed replay: every event before this one is stored
-        items = OpenItems()
-        for earlier in await _stored_events(runtime, response_id, -1):
-            if earlier["sequence_number"] >= sequence_number:
-                break
-            items.see(earlier)
-    closing = items.close(sequence_number)
-    response = response_from_row(row)
-    if response.error is not None:  # `error` comes before `response.failed`, as from a generation that failed
-        error = ErrorEvent(
-            sequence_number=sequence_number + len(closing), code=response.error.code, message=response.error.message
-        )
-        closing.append(error.model_dump(mode="json"))
     event = ResponseLifecycleEvent(
-        type=f"response.{row.status}", sequence_number=sequence_number + len(closing), response=response
+        type=f"response.{row.status}", sequence_number=sequence_number, response=response_from_row(row)
     )
-    return [*closing, event.model_dump(mode="json")]
+    return [event.model_dump(mode="json")]
 
 
-def _job_lost_events(snapshot: ResponseObject, sequence_number: int, items: OpenItems) -> list[dict[str, Any]]:
-    """What the stream left open closed, `error`, then `response.failed`, for an unstored response whose job
-    can no longer finish."""
-    closing = items.close(sequence_number)
-    sequence_number += len(closing)
+def _job_lost_event(snapshot: ResponseObject, sequence_number: int, items: OpenItems) -> dict[str, Any]:
+    """`response.failed` for an unstored response whose job can no longer finish, with the output its stream
+    saw (relay_events closes the open items and says `error` before it)."""
     failed = snapshot.model_copy(deep=True)
     failed.status = "failed"
     failed.error = ResponseError(code="server_error", message=LOST_JOB_MESSAGE)
-    error = ErrorEvent(sequence_number=sequence_number, code="server_error", message=LOST_JOB_MESSAGE)
-    terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number + 1, response=failed)
-    return [*closing, error.model_dump(mode="json"), terminal.model_dump(mode="json")]
+    failed.output = [STORED_ITEM.validate_python(item) for item in items.output_so_far()]
+    terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number, response=failed)
+    return terminal.model_dump(mode="json")
 
 
-async def _finish_from_store(
-    runtime: Runtime, response_id: str, last: int, items: OpenItems
-) -> AsyncIterator[dict[str, Any]]:
+async def _ending(
+    runtime: Runtime, response_id: str, terminal: dict[str, Any], items: OpenItems, after_error: bool
+) -> list[dict[str, Any]]:
+    """The terminal event as the stream ends with it: after the `done` events of the items it left open (as the
+    terminal response's output has them, else `incomplete`) and, for `response.failed`, an `error` event, when
+    those did not come before it. Renumbered after what was inserted."""
+    if not items.complete:  # a resumed replay: every event before the terminal one is stored
+        items = OpenItems()
+        for earlier in await _stored_events(runtime, response_id, -1):
+            if earlier["sequence_number"] >= terminal["sequence_number"]:
+                break
+            items.see(earlier)
+            after_error = earlier["type"] == "error"
+    response = terminal.get("response") or {}
+    ending = items.close(terminal["sequence_number"], response.get("output") or [])
+    number = terminal["sequence_number"] + len(ending)
+    error = response.get("error")
+    if terminal["type"] == "response.failed" and error and not (after_error and not ending):
+        said = ErrorEvent(sequence_number=number, code=error["code"], message=error["message"])
+        ending.append(said.model_dump(mode="json"))
+    if not ending:
+        return [terminal]
+    return [*ending, {**terminal, "sequence_number": terminal["sequence_number"] + len(ending)}]
+
+
+async def _finish_from_store(runtime: Runtime, response_id: str, last: int) -> AsyncIterator[dict[str, Any]]:
     """The rest of a stored stream whose response has ended: its stored events, then a terminal one if none is."""
     for event in await _stored_events(runtime, response_id, last):
         yield event
         last = event["sequence_number"]
         if event["type"] in TERMINAL_EVENT_TYPES:
             return
-    for closing in await _closing_events(runtime, response_id, last + 1, items):
+    for closing in await _closing_events(runtime, response_id, last + 1):
         yield closing
 
 
 async def _finish_live(
-    runtime: Runtime, response_id: str, subscription: Subscription, last: int, items: OpenItems
+    runtime: Runtime, response_id: str, subscription: Subscription, last: int
 ) -> AsyncIterator[dict[str, Any]]:
     """The rest of a live stream whose response has ended in the database.
 
@@ -210,7 +263,7 @@ async def _finish_live(
         last = live["sequence_number"]
         if live["type"] in TERMINAL_EVENT_TYPES:
             return
-    for closing in await _closing_events(runtime, response_id, last + 1, items):
+    for closing in await _closing_events(runtime, response_id, last + 1):
         yield closing
 
 
@@ -274,9 +327,17 @@ async def relay_events(
         snapshot=snapshot,
         items=items,
     )
+    after_error = False
     async with aclosing(relay):
         async for event in relay:
+            if event["type"] in TERMINAL_EVENT_TYPES:
+                # One place for every ending: a terminal event from the row, a lost job, or a run whose final
+                # write lost, closes what the stream opened first.
+                for ending in await _ending(runtime, response_id, event, items, after_error):
+                    yield ending
+                continue  # the relay ends after it (by itself: it knows then not to cancel the generation)
             items.see(event)
+            after_error = event["type"] == "error"
             yield event
 
 
@@ -305,7 +366,7 @@ async def _relay(
                     ended = True
                     return
             if await _has_ended(runtime, response_id):  # over before we came: its terminal event was never stored
-                for closing in await _closing_events(runtime, response_id, last + 1, items):
+                for closing in await _closing_events(runtime, response_id, last + 1):
                     yield closing
                 ended = True
                 return
@@ -314,9 +375,9 @@ async def _relay(
             if live is None:
                 if stored and await _has_ended(runtime, response_id):
                     finish = (
-                        _finish_from_store(runtime, response_id, last, items)
+                        _finish_from_store(runtime, response_id, last)
                         if replay or feed.broken
-                        else _finish_live(runtime, response_id, subscription, last, items)
+                        else _finish_live(runtime, response_id, subscription, last)
                     )
                     async for rest in finish:
                         yield rest
@@ -329,8 +390,7 @@ async def _relay(
                 elif not stored and snapshot is not None:
                     dead_polls = 0 if await _job_alive(runtime, response_id) else dead_polls + 1
                     if dead_polls >= DEAD_JOB_POLLS:
-                        for event in _job_lost_events(snapshot, last + 1, items):
-                            yield event
+                        yield _job_lost_event(snapshot, last + 1, items)
                         ended = True
                         return
                 continue

@@ -31,7 +31,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_responses_status_created_at", table_name="responses")
     op.drop_index("ix_responses_status_lease_expires_at", table_name="responses")
-    with op.batch_alter_table("responses") as batch:
+    # In place (SQLite >= 3.35 has DROP COLUMN): a rebuild drops the old table, and with foreign keys on that
+    # deletes every response_events row through their ON DELETE CASCADE.
+    with op.batch_alter_table("responses", recreate="never") as batch:
         batch.drop_column("progress")
         batch.drop_column("attempts")
         batch.drop_column("cancel_requested_at")

@@ -11,9 +11,10 @@ from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
-from app.db.repositories import responses as repository
+from app.db.repositories import jobs
 from app.runtime import Runtime
 from app.services import conversation_turns
+from app.services.recovery import end_response
 from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from tests.protocol import assert_well_formed_stream, parse_sse
 from tests.unit.test_background import poll_until_done
@@ -252,8 +253,12 @@ async def test_a_response_ended_by_recovery_frees_its_conversation(
         await client.post("/v1/responses", json={"input": "x", "conversation": made["id"], "background": True})
     ).json()
     # Recovery (or a cancel that timed out) ends it without the executor's final commit.
+    while stuck["id"] not in runner.runs:  # claimed, generating
+        await asyncio.sleep(0.01)
     async with app_runtime.sessionmaker() as session, session.begin():
-        assert await repository.fail_unfinished(session, error={"code": "server_error", "message": "lost"})
+        assert await jobs.expire_leases(session) == 1
+    error = {"code": "server_error", "message": "lost"}
+    assert await end_response(app_runtime.sessionmaker, None, stuck["id"], status="failed", error=error)
     runner.delay_s = 0
     runner.reply = list(FAKE_REPLY)
     after = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})

@@ -1,5 +1,5 @@
 """Migration 20261125_0005 on SQLite: a response in progress from before it gets no lease (so reconciliation
-counts it expired) and no attempts; and it downgrades cleanly."""
+counts it expired) and no attempts; and it downgrades cleanly, the responses' events kept."""
 
 from __future__ import annotations
 
@@ -45,9 +45,16 @@ def test_old_in_progress_rows_count_as_expired_and_the_migration_downgrades(tmp_
             " updated_at) VALUES ('resp_old', 'public', 'in_progress', 'm', 1, 0, '{}', '[]',"
             " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
         )
+        database.execute(
+            "INSERT INTO response_events (response_id, sequence_number, event) VALUES ('resp_old', 0, '{}')"
+        )
     command.upgrade(config, REVISION)
     assert columns(path) >= NEW_COLUMNS
     assert asyncio.run(expired_rows(url)) == [("resp_old", 0, None)]
     command.downgrade(config, BEFORE)
     assert not columns(path) & NEW_COLUMNS
+    # The downgrade alters the table in place: a rebuild would cascade-delete its events (foreign keys are on).
+    with sqlite3.connect(path) as database:
+        assert database.execute("SELECT count(*) FROM responses").fetchone() == (1,)
+        assert database.execute("SELECT count(*) FROM response_events").fetchone() == (1,)
     command.upgrade(config, "head")

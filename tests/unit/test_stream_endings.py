@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 from sqlalchemy import delete, update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
 from app.db.models import ResponseEventRow, ResponseRow
+from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.errors import is_outage
 from app.generation.types import GenerationOutput
@@ -154,7 +157,86 @@ async def test_an_unstored_stream_whose_job_dies_ends_failed(client: httpx.Async
     assert events[-1]["response"]["error"]["code"] == "server_error"
     # The message it had opened is closed (incomplete) before them.
     assert events[-3]["type"] == "response.output_item.done" and events[-3]["item"]["status"] == "incomplete"
+    # ... and its failed response keeps what the stream saw.
+    assert events[-1]["response"]["output"] == [events[-3]["item"]]
+    assert events[-3]["item"]["content"][0]["text"] == "the quick"
     assert_well_formed_stream(events)
+
+
+async def test_a_foreground_stream_whose_final_write_lost_closes_its_items_before_the_rows_verdict(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner.reply = ["w0", "w1", "w2"]
+    error = {"code": "server_error", "message": "The server stopped before this response finished."}
+
+    async def ended_meanwhile(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+        # As if a reconciler had failed the response while the run was finishing: the run's write loses.
+        ended = {"status": "failed", "error": error, "lease_expires_at": None}
+        await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**ended))
+        return False
+
+    monkeypatch.setattr(jobs, "finish_held", ended_meanwhile)
+    events = parse_sse((await client.post("/v1/responses", json={"input": "hi", "stream": True})).text)
+    final = assert_well_formed_stream(events)
+    assert [event["type"] for event in events[-5:]] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
+    assert events[-3]["item"]["status"] == "incomplete" and events[-3]["item"]["content"][0]["text"] == "w0 w1 w2"
+    assert final == (await client.get(f"/v1/responses/{final['id']}")).json() and final["error"] == error
+
+
+async def test_a_replay_ended_from_a_completed_row_closes_its_items_as_the_row_has_them(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    events = await _stored_stream(client)
+    response_id = events[0]["response"]["id"]
+    # The last events were never stored (a live relay's were lost, say); the row has the completed response.
+    async with app_runtime.sessionmaker() as session, session.begin():
+        await session.execute(
+            delete(ResponseEventRow).where(
+                ResponseEventRow.response_id == response_id, ResponseEventRow.sequence_number >= 6
+            )
+        )
+    replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    final = assert_well_formed_stream(replayed)
+    assert final == (await client.get(f"/v1/responses/{response_id}")).json() and final["status"] == "completed"
+    done = [event["item"] for event in replayed if event["type"] == "response.output_item.done"]
+    assert done == final["output"] and done[0]["status"] == "completed"
+
+
+async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner.reply = ["w0", "w1", "w2"]
+    finish_held = jobs.finish_held
+
+    async def refuse_completed(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+        if values["status"] == "completed":  # not an outage: no retries, the response fails at once
+            raise IntegrityError("UPDATE responses", {}, Exception("injected fault at the final commit"))
+        return await finish_held(session, response_id, owner=owner, values=values)
+
+    monkeypatch.setattr(jobs, "finish_held", refuse_completed)
+    events = parse_sse(
+        (await client.post("/v1/responses", json={"input": "hi", "background": True, "stream": True})).text
+    )
+    final = assert_well_formed_stream(events)
+    assert [event["type"] for event in events[-5:]] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "error",
+        "response.failed",
+    ]
+    assert events[-3]["item"]["status"] == "incomplete"
+    assert final["status"] == "failed" and final["error"]["code"] == "server_error" and final["usage"] is None
+    assert final["output"][0]["status"] == "incomplete" and final["output"][0]["content"][0]["text"] == "w0 w1 w2"
+    assert (await client.get(f"/v1/responses/{final['id']}")).json() == final
+    replayed = parse_sse((await client.get(f"/v1/responses/{final['id']}", params={"stream": "true"})).text)
+    assert replayed == events
 
 
 async def test_delete_of_a_running_response_stops_it(client: httpx.AsyncClient, runner: FakeRunner) -> None:

@@ -11,6 +11,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db.base import utc_now
 from app.db.models import GenerationProgressRow, ResponseRow
@@ -18,6 +19,7 @@ from app.db.repositories import jobs
 from app.db.repositories import responses as repository
 from app.generation.types import ModelLoadError
 from app.runtime import Runtime
+from app.services.job_progress import store_with_retries
 from app.services.recovery import Reconciler, RecoveryPolicy
 from tests.fakes import FakeRunner
 from tests.protocol import assert_well_formed_stream, parse_sse
@@ -260,3 +262,49 @@ async def test_a_background_job_without_a_stream_is_taken_over_from_what_its_hea
         done = (await client.get(f"/v1/responses/{created['id']}")).json()
     assert done["status"] == "completed"
     assert done["output"][0]["content"][0]["text"] == "".join(progress.pieces) + "w0 w1 w2 w3 w4 w5 w6 w7"
+
+
+async def test_a_run_that_dies_before_any_text_is_taken_over_without_storing_its_opening_again(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    # The first run stored `response.in_progress` (no progress: nothing was said yet), then died in prefill.
+    runner.delay_s, runner.reply, runner.crash_after = 0.005, [f"w{index}" for index in range(6)], 0
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    runner.crash_after = None
+    await asyncio.sleep(1.2)
+    async with app_runtime.sessionmaker() as session:
+        assert await jobs.progress_of(session, response_id) is None
+        assert [event["type"] for event in await repository.events_after(session, response_id, -1)] == [
+            "response.created",
+            "response.queued",
+            "response.in_progress",
+        ]
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    events = parse_sse((await asyncio.wait_for(live, 10)).text)
+    final = assert_well_formed_stream(events)
+    assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "w0 w1 w2 w3 w4 w5"
+    assert [event["type"] for event in events].count("response.in_progress") == 1
+    assert len(runner.jobs) == 2 and (await row_of(app_runtime, response_id)).attempts == 2
+    replayed = parse_sse((await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})).text)
+    assert replayed == events
+
+
+async def test_a_write_is_tried_again_through_an_outage_only() -> None:
+    tries: list[str] = []
+
+    async def duplicate() -> None:
+        tries.append("duplicate")
+        raise IntegrityError("INSERT INTO response_events", {}, Exception("UNIQUE constraint failed"))
+
+    async def blip_then_stored() -> None:
+        tries.append("blip")
+        if len(tries) == 1:
+            raise OperationalError("UPDATE responses", {}, Exception("database is locked"))
+
+    with pytest.raises(IntegrityError):  # a constraint fails the same way every time: no retries for a lease
+        await store_with_retries(duplicate, budget_s=5)
+    assert tries == ["duplicate"]
+    tries.clear()
+    await store_with_retries(blip_then_stored, budget_s=5)
+    assert tries == ["blip", "blip"]

@@ -144,6 +144,18 @@ async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, 
     return True
 
 
+async def expire_leases(session: AsyncSession) -> int:
+    """Every in-progress response's lease ends now (embedded start-up: no run of the previous process is alive),
+    for reconciliation to take it over or end it; how many there were."""
+    query = (
+        update(ResponseRow)
+        .where(ResponseRow.status == "in_progress")
+        .values(lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(await session.execute(query), "rowcount", 0))
+
+
 async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime, until: datetime) -> bool:
     """An expired lease becomes nobody's: any worker may claim the job again (given `until` to do so before the
     reconciler looks at it again)."""

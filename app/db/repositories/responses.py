@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, delete, exists, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from app.db.models import GenerationProgressRow, InputItemRow, ResponseEventRow, ResponseRow
+from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
 from app.db.repositories.paging import page_by_position
 
 MAX_CHAIN_DEPTH = 10_000
@@ -114,13 +114,6 @@ async def transition(
 ) -> bool:
     """Conditional update: applies `values` only while the status is one of `from_statuses`."""
     return await _update_while_status(session, from_statuses, values, ResponseRow.id == response_id) == 1
-
-
-async def fail_unfinished(session: AsyncSession, *, error: dict[str, Any]) -> int:
-    """Mark every queued or in-progress response failed (their progress dropped); returns how many there were."""
-    unfinished = select(ResponseRow.id).where(ResponseRow.status.in_(("queued", "in_progress")))
-    await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id.in_(unfinished)))
-    return await _update_while_status(session, ("queued", "in_progress"), {"status": "failed", "error": error})
 
 
 async def insert_events(session: AsyncSession, response_id: str, events: Sequence[dict[str, Any]]) -> None:
