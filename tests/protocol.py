@@ -25,6 +25,14 @@ SOCKET_EVENT = TypeAdapter(ResponsesServerEvent)
 TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
 #: NOTE: not in the SDK's event union (it ends a cancelled background stream); its response is checked alone.
 CANCELLED_EVENT = "response.cancelled"
+#: How a stream that failed with a message open ends: the message closed (incomplete), `error`, then the failure.
+FAILED_WITH_OPEN_MESSAGE = [
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "error",
+    "response.failed",
+]
 
 
 def parse_sse(body: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from sqlalchemy import event
 
 from app.runtime import Runtime
 from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
 
 REPLY = " ".join(FAKE_REPLY)
 
@@ -172,13 +172,7 @@ async def test_a_generation_failure_ends_the_stream_with_error_then_failed(
     reply = await client.post("/v1/responses", json={"input": "hello", "stream": True})
     events = parse_sse(reply.text)
     # The message it had opened is closed first (incomplete), so the SDK's accumulator sees it end.
-    assert [event["type"] for event in events[-5:]] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "error",
-        "response.failed",
-    ]
+    assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
     assert "error" not in events[-2], "the SDK raises on a nested error key"
     final = assert_well_formed_stream(events)
     assert final["output"][0]["status"] == "incomplete"

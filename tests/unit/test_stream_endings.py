@@ -29,7 +29,7 @@ from app.services import preparation, streams, submission
 from app.services.retention import prune_finished_events
 from app.services.validation import parse_create_request
 from tests.fakes import FakeRun, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
 
 
 @pytest.fixture(autouse=True)
@@ -178,13 +178,7 @@ async def test_a_foreground_stream_whose_final_write_lost_closes_its_items_befor
     monkeypatch.setattr(jobs, "finish_held", ended_meanwhile)
     events = parse_sse((await client.post("/v1/responses", json={"input": "hi", "stream": True})).text)
     final = assert_well_formed_stream(events)
-    assert [event["type"] for event in events[-5:]] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "error",
-        "response.failed",
-    ]
+    assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
     assert events[-3]["item"]["status"] == "incomplete" and events[-3]["item"]["content"][0]["text"] == "w0 w1 w2"
     assert final == (await client.get(f"/v1/responses/{final['id']}")).json() and final["error"] == error
 
@@ -224,13 +218,7 @@ async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
         (await client.post("/v1/responses", json={"input": "hi", "background": True, "stream": True})).text
     )
     final = assert_well_formed_stream(events)
-    assert [event["type"] for event in events[-5:]] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "error",
-        "response.failed",
-    ]
+    assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
     assert events[-3]["item"]["status"] == "incomplete"
     assert final["status"] == "failed" and final["error"]["code"] == "server_error" and final["usage"] is None
     assert final["output"][0]["status"] == "incomplete" and final["output"][0]["content"][0]["text"] == "w0 w1 w2"

@@ -22,7 +22,7 @@ from app.runtime import Runtime
 from app.services.job_progress import store_with_retries
 from app.services.recovery import Reconciler, RecoveryPolicy
 from tests.fakes import FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
 
 # Reconciliation rounds are run by hand here (the server's own loop would race them).
 pytestmark = pytest.mark.settings(lease_s=1, max_attempts=2, reconcile_interval_s=3600)
@@ -122,13 +122,7 @@ async def test_a_job_is_failed_after_its_last_attempt_with_a_terminal_event(
     events = parse_sse((await live).text)
     # Every item the runs opened is closed, then `error`, then `response.failed` with the output so far.
     final = assert_well_formed_stream(events)
-    assert [event["type"] for event in events[-5:]] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "error",
-        "response.failed",
-    ]
+    assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
     assert final["status"] == "failed" and "2 times" in final["error"]["message"]
     assert final["output"][0]["status"] == "incomplete"
     assert final["output"][0]["content"][0]["text"].startswith("w0 w1 w2")
