@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.api.deps import SessionDep, TenantDep
+from app.api.deps import ReadSessionDep, TenantDep
 from app.api.openapi import errors
 from app.api.paging import PageDep
 from app.schemas.response_list import ResponseFilters, ResponseList
@@ -49,7 +49,7 @@ def _metadata_filters(request: Request) -> dict[str, str]:
 )
 async def get_responses(
     request: Request,
-    session: SessionDep,
+    session: ReadSessionDep,
     tenant: TenantDep,
     page: PageDep,
     status: ResponseStatus | None = None,
