@@ -42,17 +42,9 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-async def get_read_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
-    """A session for a request that only reads: no transaction to begin or commit (see create_read_sessionmaker)."""
-    async with runtime.read_sessionmaker() as session:
-        yield session
-
-
 # scope="function": the transaction commits when the endpoint returns, before the response is sent; with the
 # default scope it committed after, and a client's next request could miss its own write (a DELETE, say).
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
-#: For routes that never write; its connection goes back to the pool when the endpoint returns, too.
-ReadSessionDep = Annotated[AsyncSession, Depends(get_read_session, scope="function")]
 
 
 async def get_tenant(request: Request, runtime: RuntimeDep) -> AsyncIterator[str]:
