@@ -1,9 +1,10 @@
 """Runs one generation job where the model is (embedded server or worker): events out, final state stored.
 
-Every event goes to the bus (live fan-out) and, for background streams, to the database first; the final
-Response is committed before its terminal event is published, so a client that chains the moment it sees
-`response.completed` finds it. A stored job is held under a lease (owner + expiry) that a heartbeat renews;
-every write is conditional on still holding it, so that a takeover and a late first run never both store.
+Every event goes to the bus (live fan-out) and, for background streams, to the database first, in small batches
+(event_batches): a client is sent only what is stored. The final Response is committed before its terminal event
+is published, so a client that chains the moment it sees `response.completed` finds it. A stored job is held
+under a lease (owner + expiry) that a heartbeat renews; every write is conditional on still holding it, so that a
+takeover and a late first run never both store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import anyio
@@ -29,7 +31,9 @@ from app.observability.generation import JobObserver
 from app.queue.base import EventBus, GenerationJob, GenerationRun, ModelRunner
 from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
+from app.services import event_batches
 from app.services.assembly import ResponseAssembler
+from app.services.event_batches import EventBatch, Payload
 from app.services.finished_items import record_final_items
 from app.services.job_progress import (
     IdLog,
@@ -82,6 +86,13 @@ class JobExecution:
         self._lost = False  # the lease is gone, or storing failed: nothing more is stored or published
         self._handing_over = False
         self.observer = JobObserver(job)
+        #: Kept events wait here for their write; the progress step and the lease renewal ride in it.
+        self.batch = EventBatch(
+            self._write,
+            partial(publish_quietly, bus, job.response_id),
+            flush_ms=event_batches.EVENT_FLUSH_MS,
+            flush_events=event_batches.EVENT_FLUSH_EVENTS,
+        )
 
     def _lease_until(self) -> datetime:
         return utc_now() + timedelta(seconds=self.lease_s)
@@ -141,9 +152,17 @@ class JobExecution:
         )
         return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
 
-    async def _store(self, payloads: list[dict[str, Any]], final: ResponseObject | None) -> None:
-        """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
+    async def _write(self, payloads: list[Payload], final: ResponseObject | None = None) -> None:
+        """Store a batch (and the final state, if given) through database blips. The progress step is read before
+        the first await: it is what the batch's events were made from."""
         step = self._progress_step() if self.job.store and final is None else None
+        await store_with_retries(lambda: self._store(payloads, final, step), budget_s=self.lease_s)
+        self._step_stored(step)
+
+    async def _store(
+        self, payloads: list[Payload], final: ResponseObject | None, step: jobs.ProgressStep | None
+    ) -> None:
+        """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
         async with self.sessionmaker() as session, session.begin():
             if self.job.store and final is not None:
                 values = final_values(final)
@@ -164,14 +183,26 @@ class JobExecution:
                 await repository.insert_events(session, self.job.response_id, payloads)
             if final is not None:
                 await record_final_items(session, self.job, final)
-        self._step_stored(step)
 
-    async def _emit(self, events: list[ResponseEvent], *, final: ResponseObject | None = None) -> None:
+    async def _emit(
+        self, events: list[ResponseEvent], *, final: ResponseObject | None = None, at_once: bool = False
+    ) -> None:
+        """Send events: kept ones once stored (batched, unless `at_once`), the final ones after the final state
+        is committed with whatever still waits, the others (not kept) straight away."""
         payloads = [event.model_dump(mode="json") for event in events]
-        if final is not None or (self.job.keep_events and payloads):
-            await store_with_retries(lambda: self._store(payloads, final), budget_s=self.lease_s)
-        for payload in payloads:
-            await publish_quietly(self.bus, self.job.response_id, payload)
+        if final is not None:
+            await self.batch.flush(payloads, write=partial(self._write, final=final))
+        elif not self.job.keep_events:
+            for payload in payloads:
+                await publish_quietly(self.bus, self.job.response_id, payload)
+        elif at_once:
+            await self.batch.flush(payloads)
+        else:
+            await self.batch.add(payloads)
+
+    def _first_unsent(self, events: list[ResponseEvent]) -> int:
+        """The sequence number after the last event sent: the first waiting one, else the first of `events`."""
+        return self.batch.pending[0]["sequence_number"] if self.batch.pending else events[0].sequence_number
 
     async def _heartbeat(self, generation: GenerationRun) -> None:
         """Renews the lease until cancelled; a failed renewal is retried next beat, never the end of it. A lost
@@ -239,7 +270,7 @@ class JobExecution:
             events = self.assembler.finish(output, completed_at=int(time.time()))
         self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
-        first = events[0].sequence_number
+        first = self._first_unsent(events)
         try:
             await self._emit(events, final=self.assembler.response if keeps_state else None)
         except LeaseLost:
@@ -254,11 +285,12 @@ class JobExecution:
 
     async def _fail_unstored(self, unfinished: ResponseAssembler) -> list[dict[str, Any]]:
         """The final commit failed: end the response failed so that it does not hang, with the output so far
-        (none of the final events went out): the items it opened end `incomplete`, then `error` and
-        `response.failed`, whose response is the row GET reads."""
+        (none of the final events went out, nor those still waiting, which go first): the items it opened end
+        `incomplete`, then `error` and `response.failed`, whose response is the row GET reads."""
         events = unfinished.fail(STORE_FAILED_MESSAGE)
         failed = unfinished.response
-        payloads = [event.model_dump(mode="json") for event in events]
+        first = self._first_unsent(events)
+        payloads = [*self.batch.pending, *(event.model_dump(mode="json") for event in events)]
 
         async def store() -> None:
             async with self.sessionmaker() as session, session.begin():
@@ -272,7 +304,7 @@ class JobExecution:
         try:
             await store_with_retries(store, budget_s=self.lease_s)
         except LeaseLost:
-            verdict = await row_verdict(self.sessionmaker, self.job, events[0].sequence_number)
+            verdict = await row_verdict(self.sessionmaker, self.job, first)
             return [] if verdict is None else [verdict]
         except Exception:
             # The database is gone for longer than a lease: reconciliation ends (or retries) it once it is back.
@@ -285,11 +317,16 @@ class JobExecution:
             await publish_quietly(self.bus, self.job.response_id, event)
 
     async def _hand_over(self) -> None:
-        """Stopping (shutdown): give the lease up at once so that another worker takes the job over."""
-        progress = None if self.job.keep_events else self._progress_step()
-        with contextlib.suppress(Exception):
+        """Stopping (shutdown): store the events still waiting with the progress they were made from, and give
+        the lease up at once so that another worker takes the job over from there. If that write fails, the
+        lease is given up alone: the takeover makes those events again (none was sent)."""
+        await self.batch.stop()
+        payloads = list(self.batch.pending) if self.batch.failure is None else []
+        progress = self._progress_step() if payloads or not self.job.keep_events else None
+
+        async def release(payloads: list[Payload], progress: jobs.ProgressStep | None) -> None:
             async with self.sessionmaker() as session, session.begin():
-                await jobs.renew(
+                held, _ = await jobs.renew(
                     session,
                     self.job.response_id,
                     owner=self.owner,
@@ -297,6 +334,23 @@ class JobExecution:
                     lease_until=utc_now(),
                     progress=progress,
                 )
+                if held and payloads:
+                    await repository.insert_events(session, self.job.response_id, payloads)
+
+        try:
+            await release(payloads, progress)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await release([], None)
+            return
+        for payload in payloads:
+            await self._publish(payload)
+
+    async def _flush_quietly(self) -> None:
+        """The generation broke: what it said before is stored and sent, as it would have been unbatched."""
+        if self.job.keep_events and self.batch.failure is None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.batch.flush()
 
     async def run(self, runner: ModelRunner) -> None:
         if not await self._claim():
@@ -313,7 +367,9 @@ class JobExecution:
         try:
             if not self.resumed:
                 opening = self.assembler.start()
-                await self._emit([event for event in opening if event.sequence_number >= self._next_stored])
+                await self._emit(
+                    [event for event in opening if event.sequence_number >= self._next_stored], at_once=True
+                )
         except LeaseLost:
             return
         generation = runner.start(job)
@@ -333,6 +389,7 @@ class JobExecution:
         except Exception:
             self._lost = True
             logger.exception("generation of %s stopped; its lease will expire and be reconciled", job.response_id)
+            await self._flush_quietly()
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
@@ -347,6 +404,8 @@ class JobExecution:
                     await self._relay(generation, silent=silent)
                     if self._handing_over:
                         await self._hand_over()
+            with anyio.CancelScope(shield=True):
+                await self.batch.stop()  # the final write, the hand-over or a failure left nothing for it
 
     async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
         outputs: AsyncIterator[Any] = generation.outputs()
