@@ -24,6 +24,7 @@ NOTES = {
     "reads": "per-request transactions and thread hops (aiosqlite); see bench/reads.py's profile",
     "ttft": "database work before the first token and event-loop hops (bench/stream_profile.py)",
     "kv": "each sequence reserves a full context window of KV cells (kv_unified off); llama-server shares one pool",
+    "events": "a batch is flushed every EVENT_FLUSH_MS or EVENT_FLUSH_EVENTS events: slow streams write more often",
     "stall": "a long prompt is read in chunks between decode steps; its prefix is saved at its end",
 }
 
@@ -201,6 +202,27 @@ def costs(results: dict[str, Any], report: Report) -> None:
         report.add(_row(name, unit, [*scaled, None]))
 
 
+def events(results: dict[str, Any], report: Report) -> None:
+    """bench/event_writes.py: writes per token of a background stream (the only kind whose events are stored)."""
+    batched = _get(results, "events", "stream_writes", "batched", "writes_per_token")
+    before = _get(results, "events", "stream_writes", "one_event_per_write", "writes_per_token")
+    report.add(
+        Figure("background stream: DB writes per token", "", batched, target=Target("<=", 0.25), note=NOTES["events"])
+    )
+    report.add(Figure("the same, one event per transaction (before)", "", before))
+    for writers, row in (_get(results, "events", "event_rate") or {}).items():
+        for key, rate in row.items():
+            if key.endswith("_over_1"):
+                batch = key.removeprefix("batch_").removesuffix("_over_1")
+                per_s = row[f"batch_{batch}"]["events_per_s"]
+                report.add(
+                    Figure(
+                        f"events/s one Postgres takes, {writers.replace('_', ' ')}, batches of {batch}", "ev/s", per_s
+                    )
+                )
+                report.add(Figure("  the same ÷ one event per transaction", "x", rate))
+
+
 def plugged(results: dict[str, Any], report: Report, part: str) -> None:
     """Rows a plug-in module gave in the table's own shape."""
     for row in _get(results, part, "figures") or []:
@@ -239,6 +261,8 @@ def figures_from(results: dict[str, Any]) -> Report:
         cancel(results, report)
     if "costs" in results:
         costs(results, report)
-    for part in ("events", "engine", "gpu"):
+    if "events" in results:
+        events(results, report)
+    for part in ("engine", "gpu"):
         plugged(results, report, part)
     return report

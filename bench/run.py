@@ -18,7 +18,9 @@ and why, then the JSON. Parts (--only):
   cancel         POST /cancel on a generating background response until it returns the stopped one
   costs          per request and per token, distributed: API node and worker CPU, Redis publishes and commands,
                  Postgres write transactions and rows (bench/costs.py; the capacity note's inputs)
-  events, engine figures measured by other modules (PLUGINS below), when they are on this branch
+  events         a background stream's database writes per token, and the event rate one Postgres takes
+                 (bench/event_writes.py)
+  engine         figures measured by the engine's modules (PLUGINS below), when they are on this branch
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
@@ -44,6 +46,8 @@ import openai
 import redis
 
 from app.config import Settings
+from app.services import event_batches
+from bench import event_writes
 from bench.costs import request_costs
 from bench.figures import figures_from
 from bench.peers import BareApp, LlamaServer, kv_bytes_per_token, raw_stream, wrk
@@ -77,12 +81,14 @@ EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "
 DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
 PEER_PARTS = {"stream", "concurrency", "conversations", "memory", "stall"}
 MB = 2**20
+#: The event rate one Postgres takes: by 1 and by 32 concurrent writers, in batches of EVENT_BATCH events.
+EVENT_WRITERS = [1, 32]
+EVENT_BATCH = 32
 
 #: Figures other lanes measure in their own modules: part -> [(module, function, lane)]. Each function takes
 #: the run's scratch directory and returns a dict with a "figures" list in the table's shape (bench/figures.py);
 #: a module not on this branch yet is reported as left out.
 PLUGINS: dict[str, list[tuple[str, str, str]]] = {
-    "events": [("bench.event_writes", "measure", "events")],
     "engine": [("bench.kv_layout", "measure", "engine"), ("bench.prefix_save", "measure", "engine")],
 }
 
@@ -242,6 +248,20 @@ def bench_reads(results: dict[str, Any], directory: Path) -> bool:
     return True
 
 
+def bench_events(results: dict[str, Any], directory: Path) -> None:
+    """bench/event_writes.py: a background stream's database writes per token (batched, and one event per
+    transaction as before), and the event rate one Postgres takes with 1 and 32 writers."""
+    try:
+        results["events"] = {
+            "flush_ms": event_batches.EVENT_FLUSH_MS,
+            "flush_events": event_batches.EVENT_FLUSH_EVENTS,
+            "event_rate": event_writes.bench_event_rate(EVENT_WRITERS, [EVENT_BATCH], seconds=3.0),
+            "stream_writes": event_writes.bench_server(tokens=200, streams=3, directory=directory),
+        }
+    except OSError as error:  # no Postgres to connect to
+        results["left_out"].append(f"events (writes per token, Postgres event rate): no Postgres ({error})")
+
+
 def bench_plugins(results: dict[str, Any], part: str, directory: Path) -> None:
     figures: list[dict[str, Any]] = []
     section: dict[str, Any] = {}
@@ -315,6 +335,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 bench_distributed(results, parts, directory, args.tokens)
         if peer is not None and parts & PEER_PARTS:
             bench_llama_server(results, parts, peer, directory, args.tokens)
+        if "events" in parts:
+            bench_events(results, directory)
         for part in parts & set(PLUGINS):
             bench_plugins(results, part, directory)
     return results

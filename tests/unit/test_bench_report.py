@@ -73,7 +73,22 @@ def test_rows_from_a_runs_json() -> None:
             "llama_server_stateless": {"turn8_over_turn1": 1.7, "prefilled_tokens_per_turn": [90.0, 25.0, 25.0]},
         },
         "events": {
-            "figures": [{"name": "writes per token", "unit": "", "stored": 0.05, "target": {"op": "<=", "value": 0.2}}]
+            "stream_writes": {
+                "batched": {"writes_per_token": 0.12},
+                "one_event_per_write": {"writes_per_token": 1.01},
+            },
+            "event_rate": {
+                "32_writers": {
+                    "batch_1": {"events_per_s": 900.0},
+                    "batch_32": {"events_per_s": 18000.0},
+                    "batch_32_over_1": 20.0,
+                }
+            },
+        },
+        "engine": {
+            "figures": [
+                {"name": "prefix save pause", "unit": "ms", "stored": 9.0, "peer": 12.0, "target": {"op": "<="}}
+            ]
         },
     }
     figures = {figure.name: figure for figure in figures_from(results).figures}
@@ -86,5 +101,7 @@ def test_rows_from_a_runs_json() -> None:
     read = figures["prompt tokens read per turn after the first"]
     assert (read.stored, read.unstored, read.peer, read.met()) == (25.0, 25.0, 25.0, True)
     assert figures["8 conversations, turn 8 ÷ turn 1 (chained | resent)"].met() is True
-    assert figures["writes per token"].met() is True
+    assert figures["background stream: DB writes per token"].met() is True
+    assert figures["events/s one Postgres takes, 32 writers, batches of 32"].stored == 18000.0
+    assert figures["prefix save pause"].met() is True  # a plug-in's row, against llama-server's 12 ms
     assert "time to first token - raw llama.cpp, distributed" not in figures  # not measured: no row
