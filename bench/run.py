@@ -39,6 +39,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,6 @@ from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
 
 THREADS = 2
-STREAM_COUNTS = (1, 2, 4, 8)
-CONCURRENT_TOKENS = 64
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache/llama-responses/llama-server-11434.0.0/build/bin/llama-server"
 DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 #: Ours on the default stored path (store omitted), then with store: false.
@@ -81,6 +80,33 @@ EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "
 DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
 PEER_PARTS = {"stream", "concurrency", "conversations", "memory", "stall"}
 MB = 2**20
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each workload does. --quick shrinks all of them to check the harness on a busy machine in a few
+    minutes: its figures mean nothing."""
+
+    tokens: int = 128
+    stream_counts: tuple[int, ...] = (1, 2, 4, 8)
+    concurrent_tokens: int = 64
+    conversations: int = 8
+    turns: int = 8
+    stall_sentences: int = 240
+    event_tokens: int = 200
+    event_seconds: float = 3.0
+
+
+QUICK = Sizes(
+    tokens=16,
+    stream_counts=(1, 8),
+    concurrent_tokens=8,
+    conversations=2,
+    turns=3,
+    stall_sentences=30,
+    event_tokens=32,
+    event_seconds=0.5,
+)
 #: The event rate one Postgres takes: by 1 and by 32 concurrent writers, in batches of EVENT_BATCH events.
 EVENT_WRITERS = [1, 32]
 EVENT_BATCH = 32
@@ -104,8 +130,15 @@ def model_of(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
 
-def scaling(client: openai.OpenAI, model: str, store: bool | None) -> dict[str, float]:
-    return {str(count): concurrent_streams(client, model, count, CONCURRENT_TOKENS, store) for count in STREAM_COUNTS}
+def scaling(client: openai.OpenAI, model: str, store: bool | None, sizes: Sizes) -> dict[str, float]:
+    return {
+        str(count): concurrent_streams(client, model, count, sizes.concurrent_tokens, store)
+        for count in sizes.stream_counts
+    }
+
+
+def talks(client: openai.OpenAI, model: str, sizes: Sizes, *, chained: bool) -> dict[str, Any]:
+    return conversations(client, model, chained=chained, conversations=sizes.conversations, turns=sizes.turns)
 
 
 def timing(client: openai.OpenAI, model: str, tokens: int, store: bool | None) -> dict[str, float]:
@@ -148,20 +181,20 @@ def ours_kv_mb_per_sequence() -> float:
     return kv_bytes_per_token() * llm_ctx / MB
 
 
-def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, tokens: int) -> None:
+def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
     with embedded_server(directory) as server, sdk_client(server.base_url) as client:
         model = model_of(client)
         if "stream" in parts:
-            results["stream"] = {path: timing(client, model, tokens, store) for path, store in PATHS.items()}
+            results["stream"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
         if "concurrency" in parts:
-            results["concurrency"] = {path: scaling(client, model, store) for path, store in PATHS.items()}
+            results["concurrency"] = {path: scaling(client, model, store, sizes) for path, store in PATHS.items()}
         if "conversations" in parts:
             results["conversations"] = {
-                "chained": conversations(client, model, chained=True),
-                "stateless": conversations(client, model, chained=False),
+                "chained": talks(client, model, sizes, chained=True),
+                "stateless": talks(client, model, sizes, chained=False),
             }
         if "stall" in parts:
-            results["stall"] = {"stored": stall(client, model, store=None)}
+            results["stall"] = {"stored": stall(client, model, store=None, sentences=sizes.stall_sentences)}
         if "cancel" in parts:
             results["cancel"] = cancel_latency(client, model)
         if "reads" in parts and "reads" not in results:
@@ -179,7 +212,7 @@ def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, to
             memory["ours"] = {"kv_mb_per_sequence": ours_kv_mb_per_sequence()}
 
 
-def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, tokens: int) -> None:
+def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
     """Time to first token (stored and store: false) and memory with an API node and a worker on Postgres and
     Redis."""
     redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
@@ -202,12 +235,14 @@ def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path,
         client = stack.enter_context(sdk_client(api.base_url))
         model = model_of(client)
         if "ttft" in parts:
-            results["distributed"] = {path: timing(client, model, tokens, store) for path, store in PATHS.items()}
+            results["distributed"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
         assert worker.process is not None and api.process is not None
         if "costs" in parts:
             pids = {"api_pid": api.process.pid, "worker_pid": worker.process.pid}
             results["costs"] = {
-                path: request_costs(client, model, store, **pids, redis_url=redis_url, database_url=database_url)
+                path: request_costs(
+                    client, model, store, **pids, redis_url=redis_url, database_url=database_url, tokens=sizes.tokens
+                )
                 for path, store in PATHS.items()
             }
         if "memory" in parts:
@@ -217,17 +252,17 @@ def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path,
             memory["worker_rss_minus_model_mb"] = rss_mb(worker.process.pid) - model_mb
 
 
-def bench_llama_server(results: dict[str, Any], parts: set[str], binary: Path, directory: Path, tokens: int) -> None:
+def bench_llama_server(results: dict[str, Any], parts: set[str], binary: Path, directory: Path, sizes: Sizes) -> None:
     with LlamaServer(binary, THREADS, directory / "llama-server.log") as peer, sdk_client(peer.base_url) as client:
         model = model_of(client)
         if "stream" in parts:
-            results["stream"]["llama_server"] = timing(client, model, tokens, False)
+            results["stream"]["llama_server"] = timing(client, model, sizes.tokens, False)
         if "concurrency" in parts:
-            results["concurrency"]["llama_server"] = scaling(client, model, False)
+            results["concurrency"]["llama_server"] = scaling(client, model, False, sizes)
         if "conversations" in parts:
-            results["conversations"]["llama_server_stateless"] = conversations(client, model, chained=False)
+            results["conversations"]["llama_server_stateless"] = talks(client, model, sizes, chained=False)
         if "stall" in parts:
-            results["stall"]["llama_server"] = stall(client, model, store=False)
+            results["stall"]["llama_server"] = stall(client, model, store=False, sentences=sizes.stall_sentences)
         if "memory" in parts:
             results.setdefault("memory", {})["llama_server"] = {
                 "rss_mb": rss_mb(peer.process.pid),
@@ -248,15 +283,15 @@ def bench_reads(results: dict[str, Any], directory: Path) -> bool:
     return True
 
 
-def bench_events(results: dict[str, Any], directory: Path) -> None:
+def bench_events(results: dict[str, Any], directory: Path, sizes: Sizes) -> None:
     """bench/event_writes.py: a background stream's database writes per token (batched, and one event per
     transaction as before), and the event rate one Postgres takes with 1 and 32 writers."""
     try:
         results["events"] = {
             "flush_ms": event_batches.EVENT_FLUSH_MS,
             "flush_events": event_batches.EVENT_FLUSH_EVENTS,
-            "event_rate": event_writes.bench_event_rate(EVENT_WRITERS, [EVENT_BATCH], seconds=3.0),
-            "stream_writes": event_writes.bench_server(tokens=200, streams=3, directory=directory),
+            "event_rate": event_writes.bench_event_rate(EVENT_WRITERS, [EVENT_BATCH], seconds=sizes.event_seconds),
+            "stream_writes": event_writes.bench_server(sizes.event_tokens, 3, directory),
         }
     except OSError as error:  # no Postgres to connect to
         results["left_out"].append(f"events (writes per token, Postgres event rate): no Postgres ({error})")
@@ -302,11 +337,12 @@ def machine() -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     parts: set[str] = args.only
+    sizes = QUICK if args.quick else Sizes(tokens=args.tokens)
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "threads": THREADS,
-        "tokens": args.tokens,
+        "sizes": asdict(sizes),
         "parts": sorted(parts),
         "left_out": [],
     }
@@ -322,21 +358,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         if parts & {"stream", "ttft"}:
-            raw = raw_stream(THREADS, args.tokens)
+            raw = raw_stream(THREADS, sizes.tokens)
             results["raw"] = {"tokens_per_s": raw.tokens_per_s, "ttft_ms": raw.ttft_s * 1000}
         if "reads" in parts:
             bench_reads(results, directory)
         if parts & EMBEDDED_PARTS:
-            bench_embedded(results, parts, directory, args.tokens)
+            bench_embedded(results, parts, directory, sizes)
         if parts & DISTRIBUTED_PARTS:
             if args.no_distributed:
                 results["left_out"].append("distributed figures (ttft, worker memory): --no-distributed")
             else:
-                bench_distributed(results, parts, directory, args.tokens)
+                bench_distributed(results, parts, directory, sizes)
         if peer is not None and parts & PEER_PARTS:
-            bench_llama_server(results, parts, peer, directory, args.tokens)
+            bench_llama_server(results, parts, peer, directory, sizes)
         if "events" in parts:
-            bench_events(results, directory)
+            bench_events(results, directory, sizes)
         for part in parts & set(PLUGINS):
             bench_plugins(results, part, directory)
     return results
@@ -351,6 +387,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--no-distributed", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="tiny workloads: checks the harness, not the speed")
     parser.add_argument("--table", type=Path, help="print the table of a saved --json run; measure nothing")
     args = parser.parse_args()
     results = json.loads(args.table.read_text()) if args.table else run(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -148,23 +149,24 @@ def cancel_latency(client: openai.OpenAI, model: str, runs: int = 3) -> dict[str
 
 
 def long_prompt(sentences: int) -> str:
-    """About 12 tokens a sentence; a fresh nonce first, so no prefix cache holds any of it."""
+    """About 17 tokens a sentence on SmolLM2 (240: ~4,000 tokens); a fresh nonce first, so that no prefix cache
+    holds any of it."""
     lines = [f"Run {uuid.uuid4().hex}. Read these notes, then answer in one word."]
     lines += [f"Note {i}: the {TOPICS[i % len(TOPICS)]} ledger reads {i * 7919 % 10007}." for i in range(sentences)]
     return "\n".join(lines)
 
 
-def stall(client: openai.OpenAI, model: str, store: bool | None = False, sentences: int = 340) -> dict[str, float]:
+def stall(client: openai.OpenAI, model: str, store: bool | None = False, sentences: int = 240) -> dict[str, float]:
     """The largest gap a running stream sees between two deltas while another request reads a long prompt
     (~4,000 tokens), against that stream's median gap before it. The window runs until 0.5 s after the long
     request's answer, so saving its prefix counts too."""
     arrivals: list[float] = []
     window: dict[str, float] = {}
+    steady = threading.Event()  # the stream is decoding at its steady rate (or has ended)
     prompt = long_prompt(sentences)
 
     def read_long_prompt() -> None:
-        while len(arrivals) < 32:  # the stream is decoding at its steady rate
-            time.sleep(0.005)
+        steady.wait()
         window["start"] = time.perf_counter()
         response = client.responses.create(
             model=model, input=prompt, temperature=0, max_output_tokens=16, **store_argument(store)
@@ -172,19 +174,25 @@ def stall(client: openai.OpenAI, model: str, store: bool | None = False, sentenc
         window["end"] = time.perf_counter()
         window["prompt_tokens"] = response.usage.input_tokens if response.usage else 0
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        reader = pool.submit(read_long_prompt)
+    # A daemon thread, not a pool: an interrupted run must not wait for the long request on its way out.
+    reader = threading.Thread(target=read_long_prompt, name="long-prompt", daemon=True)
+    reader.start()
+    try:
         with client.responses.create(
             model=model, input=COUNT_PROMPT, temperature=0, max_output_tokens=4000, stream=True, **store_argument(store)
         ) as stream:
             for event in stream:
                 if event.type == "response.output_text.delta":
                     arrivals.append(time.perf_counter())
+                    if len(arrivals) == 32:
+                        steady.set()
                     if "end" in window and arrivals[-1] > window["end"] + 0.5:
                         break  # leaving the block closes the stream: the server stops generating
-        reader.result()
+    finally:
+        steady.set()
+    reader.join()
     if "end" not in window or arrivals[-1] < window["end"]:
-        raise RuntimeError("the running stream ended before the long prompt was read: raise its max_output_tokens")
+        raise RuntimeError("the long request failed, or the running stream ended before it was answered")
     gaps = list(itertools.pairwise(arrivals))
     before = [b - a for a, b in gaps if b < window["start"]]
     during = [b - a for a, b in gaps if b >= window["start"]]
