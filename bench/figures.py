@@ -151,15 +151,8 @@ def memory(results: dict[str, Any], report: Report) -> None:
         )
     )
     if "worker_rss_minus_model_mb" in rss:
-        report.add(
-            Figure(
-                "RSS, worker - model file | API node",
-                "MB",
-                rss["worker_rss_minus_model_mb"],
-                rss.get("api_distributed_rss_mb"),
-                ratio_to_peer=False,
-            )
-        )
+        report.add(Figure("RSS, worker - model file", "MB", rss["worker_rss_minus_model_mb"]))
+        report.add(Figure("RSS, distributed API node", "MB", rss.get("api_distributed_rss_mb")))
     ours_kv = _get(rss, "ours", "kv_mb_per_sequence")
     peer_kv = _get(rss, "llama_server", "kv_mb_per_sequence")
     if ours_kv is not None or peer_kv is not None:
@@ -186,7 +179,7 @@ def cancel(results: dict[str, Any], report: Report) -> None:
 
 COSTS = (
     ("per_token", "api_cpu_s", "API node CPU per token", "ms", 1000.0),
-    ("per_token", "worker_cpu_s", "worker CPU per token", "ms", 1000.0),
+    ("per_token", "worker_cpu_s", "worker CPU per token (llama.cpp included)", "ms", 1000.0),
     ("per_token", "redis_publishes", "Redis PUBLISH per token", "", 1.0),
     ("per_request", "redis_commands", "Redis commands per request", "", 1.0),
     ("per_request", "postgres_write_transactions", "Postgres write transactions per request", "", 1.0),
@@ -217,7 +210,9 @@ def events(results: dict[str, Any], report: Report) -> None:
                 per_s = row[f"batch_{batch}"]["events_per_s"]
                 report.add(
                     Figure(
-                        f"events/s one Postgres takes, {writers.replace('_', ' ')}, batches of {batch}", "ev/s", per_s
+                        f"events/s one Postgres takes, by {writers.replace('_', ' ')}, batches of {batch}",
+                        "ev/s",
+                        per_s,
                     )
                 )
                 report.add(Figure("  the same ÷ one event per transaction", "x", rate))

@@ -102,6 +102,6 @@ def test_rows_from_a_runs_json() -> None:
     assert (read.stored, read.unstored, read.peer, read.met()) == (25.0, 25.0, 25.0, True)
     assert figures["8 conversations, turn 8 ÷ turn 1 (chained | resent)"].met() is True
     assert figures["background stream: DB writes per token"].met() is True
-    assert figures["events/s one Postgres takes, 32 writers, batches of 32"].stored == 18000.0
+    assert figures["events/s one Postgres takes, by 32 writers, batches of 32"].stored == 18000.0
     assert figures["prefix save pause"].met() is True  # a plug-in's row, against llama-server's 12 ms
     assert "time to first token - raw llama.cpp, distributed" not in figures  # not measured: no row
