@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import llama_cpp
 
 from app.config import Settings
@@ -39,6 +40,20 @@ def raw_stream(threads: int, tokens: int) -> StreamTiming:
     return StreamTiming(ttft_s=first - started, deltas=produced, tokens_per_s=(produced - 1) / (last - first))
 
 
+def kv_bytes_per_token() -> int:
+    """KV cache bytes one token takes on the shipped model: K and V, f16 (llama.cpp's default), every layer;
+    from the GGUF header (the vocabulary-only load reads no weights)."""
+    llm = llama_cpp.Llama(model_path=str(Settings().resolved_model_path), vocab_only=True, verbose=False)
+    try:
+        meta = llm.metadata
+        arch = meta["general.architecture"]
+        head_dim = int(meta[f"{arch}.embedding_length"]) // int(meta[f"{arch}.attention.head_count"])
+        kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", meta[f"{arch}.attention.head_count"]))
+        return int(meta[f"{arch}.block_count"]) * 2 * kv_heads * head_dim * 2
+    finally:
+        llm.close()
+
+
 class LlamaServer:
     """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it)."""
 
@@ -54,6 +69,16 @@ class LlamaServer:
         if not wait_for_ok(f"{self.base_url}/health", timeout_s=120):
             self.stop()
             raise RuntimeError(f"llama-server did not start:\n{log.read_text()[-2000:]}")
+
+    def props(self) -> dict[str, Any]:
+        """Its own account of its context and slots (GET /props)."""
+        answer: dict[str, Any] = httpx.get(f"{self.base_url}/props", timeout=10).json()
+        return answer
+
+    def kv_cells_per_sequence(self) -> float:
+        """Its KV pool is unified: n_ctx cells shared by all slots (one slot may use all of them)."""
+        props = self.props()
+        return float(props["default_generation_settings"]["n_ctx"]) / int(props["total_slots"])
 
     def stop(self) -> None:
         self.process.terminate()

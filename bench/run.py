@@ -1,28 +1,45 @@
-"""Benchmarks (issue 6): every figure a ratio against a baseline measured in the same run.
+"""Every speed figure of issue 14 in one run, side by side: ours on the default stored path (`store` omitted),
+ours with `store: false`, and llama.cpp's own llama-server, on the shipped model with the same threads.
 
-    .venv/bin/python -m bench.run [--tokens 128] [--json results.json] [--llama-server PATH] [--no-distributed]
+    .venv/bin/python -m bench.run [--only stream,concurrency,...] [--tokens 128] [--json results.json]
+                                  [--llama-server PATH] [--no-distributed]
+    .venv/bin/python -m bench.run --table results.json      # the table again, from a saved run
 
-On the shipped model with the same thread count on every side:
-  1. streamed tokens/s through the API (openai SDK) / raw llama_cpp.Llama in-process, and / llama-server
-  2. time to first token through the API - raw, embedded and distributed
-  3. 8 interleaved conversations x 8 turns, chained and stateless (and stateless against llama-server):
-     latency of turn 8 / turn 1, and prompt tokens prefilled per turn (input - cached)
-  4. cancel latency: POST /cancel on a generating background response until it returns the stopped one
-  5. GET /v1/responses/{id} requests/s / a bare FastAPI endpoint under the same uvicorn settings (wrk)
-  6. aggregate tokens/s with 1, 2, 4, 8 concurrent streams, ours and llama-server's (default slots)
-  7. API node RSS; worker RSS minus the model file
-llama-server figures need its binary (bench/build_llama_server.sh); distributed ones need Postgres and Redis
-(RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default).
+Prints the table first (ratios, targets, met?), a note on what limits each figure that misses, what was left out
+and why, then the JSON. Parts (--only):
+  stream         streamed tokens/s of one stream, and time to first token, over raw llama_cpp.Llama
+  concurrency    aggregate tokens/s of 1, 2, 4, 8 concurrent streams
+  conversations  8 interleaved conversations x 8 turns (chained; stateless resending the history): turn 8 / turn 1
+                 and prompt tokens read per turn
+  ttft           time to first token over raw llama.cpp, distributed (API node + worker on Postgres and Redis)
+  reads          GET /v1/responses/{id} and the list, over a bare FastAPI endpoint, on SQLite and Postgres (wrk)
+  memory         RSS of each process, KV memory reserved per sequence
+  stall          the largest gap a running stream sees while a ~4,000-token prompt is read
+  cancel         POST /cancel on a generating background response until it returns the stopped one
+  costs          per request and per token, distributed: API node and worker CPU, Redis publishes and commands,
+                 Postgres write transactions and rows (bench/costs.py; the capacity note's inputs)
+  events         a background stream's database writes per token, and the event rate one Postgres takes
+                 (bench/event_writes.py)
+  engine         figures measured by the engine's modules (PLUGINS below), when they are on this branch
+llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
+(RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib
 import json
 import os
+import platform
+import shutil
+import signal
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +47,76 @@ import openai
 import redis
 
 from app.config import Settings
-from bench.peers import BareApp, LlamaServer, raw_stream, wrk
-from bench.workloads import best_stream, cancel_latency, concurrent_streams, conversations, sdk_client
+from app.services import event_batches
+from bench import event_writes
+from bench.costs import request_costs
+from bench.figures import figures_from
+from bench.peers import BareApp, LlamaServer, kv_bytes_per_token, raw_stream, wrk
+from bench.report import format_table
+from bench.workloads import best_stream, cancel_latency, concurrent_streams, conversations, sdk_client, stall
 from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
 
 THREADS = 2
-STREAM_COUNTS = (1, 2, 4, 8)
-CONCURRENT_TOKENS = 64
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache/llama-responses/llama-server-11434.0.0/build/bin/llama-server"
 DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
+#: Ours on the default stored path (store omitted), then with store: false.
+PATHS: dict[str, bool | None] = {"stored": None, "unstored": False}
+
+PARTS = (
+    "stream",
+    "concurrency",
+    "conversations",
+    "ttft",
+    "reads",
+    "memory",
+    "stall",
+    "cancel",
+    "costs",
+    "events",
+    "engine",
+)
+EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "stall", "cancel"}
+DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
+PEER_PARTS = {"stream", "concurrency", "conversations", "memory", "stall"}
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each workload does. --quick shrinks all of them to check the harness on a busy machine in a few
+    minutes: its figures mean nothing."""
+
+    tokens: int = 128
+    stream_counts: tuple[int, ...] = (1, 2, 4, 8)
+    concurrent_tokens: int = 64
+    conversations: int = 8
+    turns: int = 8
+    stall_sentences: int = 240
+    event_tokens: int = 200
+    event_seconds: float = 3.0
+
+
+QUICK = Sizes(
+    tokens=16,
+    stream_counts=(1, 8),
+    concurrent_tokens=8,
+    conversations=2,
+    turns=3,
+    stall_sentences=30,
+    event_tokens=32,
+    event_seconds=0.5,
+)
+#: The event rate one Postgres takes: by 1 and by 32 concurrent writers, in batches of EVENT_BATCH events.
+EVENT_WRITERS = [1, 32]
+EVENT_BATCH = 32
+
+#: Figures other lanes measure in their own modules: part -> [(module, function, lane)]. Each function takes
+#: the run's scratch directory and returns a dict with a "figures" list in the table's shape (bench/figures.py);
+#: a module not on this branch yet is reported as left out.
+PLUGINS: dict[str, list[tuple[str, str, str]]] = {
+    "engine": [("bench.kv_layout", "measure", "engine"), ("bench.prefix_save", "measure", "engine")],
+}
 
 
 def rss_mb(pid: int) -> float:
@@ -53,9 +130,38 @@ def model_of(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
 
 
-def scaling(client: openai.OpenAI, model: str) -> dict[str, float]:
-    rates = {str(count): concurrent_streams(client, model, count, CONCURRENT_TOKENS) for count in STREAM_COUNTS}
-    return {**{f"{count}_streams": rate for count, rate in rates.items()}, "8_over_1": rates["8"] / rates["1"]}
+def scaling(client: openai.OpenAI, model: str, store: bool | None, sizes: Sizes) -> dict[str, float]:
+    return {
+        str(count): concurrent_streams(client, model, count, sizes.concurrent_tokens, store)
+        for count in sizes.stream_counts
+    }
+
+
+def talks(client: openai.OpenAI, model: str, sizes: Sizes, *, chained: bool) -> dict[str, Any]:
+    return conversations(client, model, chained=chained, conversations=sizes.conversations, turns=sizes.turns)
+
+
+def timing(client: openai.OpenAI, model: str, tokens: int, store: bool | None) -> dict[str, float]:
+    measured = best_stream(client, model, tokens, store)
+    return {"tokens_per_s": measured.tokens_per_s, "ttft_ms": measured.ttft_s * 1000}
+
+
+def wrk_reads(base_url: str, bare_url: str) -> dict[str, Any] | None:
+    """GET one stored response and a page of the list, over the bare endpoint (bench/reads.py's shape)."""
+    bare = wrk(f"{bare_url}/bare")
+    client = sdk_client(base_url)
+    stored = client.responses.create(model=model_of(client), input="Hi!", max_output_tokens=16)
+    client.close()
+    one = wrk(f"{base_url}/v1/responses/{stored.id}")
+    page = wrk(f"{base_url}/v1/responses?limit=20")
+    if bare is None or one is None or page is None:
+        return None
+    over = bare["requests_per_s"]
+    return {
+        "bare_fastapi": bare,
+        "get_response": {**one, "over_bare": one["requests_per_s"] / over},
+        "list_responses": {**page, "over_bare": page["requests_per_s"] / over},
+    }
 
 
 @contextmanager
@@ -68,41 +174,47 @@ def embedded_server(directory: Path) -> Iterator[ServerProcess]:
         server.stop()
 
 
-def bench_embedded(results: dict[str, Any], directory: Path, tokens: int, raw_tokens_per_s: float) -> float:
-    """Figures 1-7 against our embedded server; returns its time to first token."""
-    with embedded_server(directory) as server:
-        client = sdk_client(server.base_url)
+def ours_kv_mb_per_sequence() -> float:
+    """Today's layout: every sequence reserves a window of n_ctx cells of its own (app/generation/engine.py)."""
+    settings = Settings()
+    llm_ctx = settings.n_ctx or 8192  # SmolLM2's training context, what the engine takes when n_ctx is unset
+    return kv_bytes_per_token() * llm_ctx / MB
+
+
+def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
+    with embedded_server(directory) as server, sdk_client(server.base_url) as client:
         model = model_of(client)
-        api = best_stream(client, model, tokens)
-        results["1_stream_tokens_per_s"] = {
-            "api": api.tokens_per_s,
-            "raw": raw_tokens_per_s,
-            "api_over_raw": api.tokens_per_s / raw_tokens_per_s,
-        }
-        results["3_conversations"] = {
-            "chained": conversations(client, model, chained=True),
-            "stateless": conversations(client, model, chained=False),
-        }
-        results["4_cancel_latency_ms"] = cancel_latency(client, model)
-        stored = client.responses.create(model=model, input="Hi!", max_output_tokens=16)
-        bare = BareApp(directory / "bare.log")
-        try:
-            ours = wrk(f"{server.base_url}/v1/responses/{stored.id}")
-            baseline = wrk(f"{bare.base_url}/bare")
-        finally:
-            bare.stop()
-        if ours is not None and baseline is not None:
-            ratio = ours["requests_per_s"] / baseline["requests_per_s"]
-            results["5_get_requests_per_s"] = {"api": ours, "bare_fastapi": baseline, "api_over_bare": ratio}
-        results["6_concurrent_tokens_per_s"] = {"api": scaling(client, model)}
-        assert server.process is not None
-        results["7_memory_mb"] = {"api_embedded_rss": rss_mb(server.process.pid)}
-        client.close()
-        return api.ttft_s
+        if "stream" in parts:
+            results["stream"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
+        if "concurrency" in parts:
+            results["concurrency"] = {path: scaling(client, model, store, sizes) for path, store in PATHS.items()}
+        if "conversations" in parts:
+            results["conversations"] = {
+                "chained": talks(client, model, sizes, chained=True),
+                "stateless": talks(client, model, sizes, chained=False),
+            }
+        if "stall" in parts:
+            results["stall"] = {"stored": stall(client, model, store=None, sentences=sizes.stall_sentences)}
+        if "cancel" in parts:
+            results["cancel"] = cancel_latency(client, model)
+        if "reads" in parts and "reads" not in results:
+            bare = BareApp(directory / "bare.log")
+            try:
+                sqlite = wrk_reads(server.base_url, bare.base_url)
+            finally:
+                bare.stop()
+            if sqlite is not None:
+                results["reads"] = {"sqlite": sqlite}
+        if "memory" in parts:
+            assert server.process is not None
+            memory = results.setdefault("memory", {})
+            memory["embedded_rss_mb"] = rss_mb(server.process.pid)
+            memory["ours"] = {"kv_mb_per_sequence": ours_kv_mb_per_sequence()}
 
 
-def bench_distributed(results: dict[str, Any], directory: Path, tokens: int) -> float | None:
-    """Time to first token and memory with an API node and a worker on Postgres and Redis."""
+def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
+    """Time to first token (stored and store: false) and memory with an API node and a worker on Postgres and
+    Redis."""
     redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
     with ExitStack() as stack:
         try:
@@ -110,9 +222,10 @@ def bench_distributed(results: dict[str, Any], directory: Path, tokens: int) -> 
                 connection.flushdb()
             database_url = stack.enter_context(fresh_postgres_database())
         except Exception as error:  # no services here: these figures are left out, the rest still runs
-            results["distributed_skipped"] = str(error)
-            return None
-        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url, "RESPONSES_N_THREADS": "2"}
+            results["left_out"].append(f"distributed figures (ttft, worker memory): no Postgres or Redis ({error})")
+            return
+        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
+        env["RESPONSES_N_THREADS"] = str(THREADS)
         assert run_cli(["migrate"], env).returncode == 0
         worker = ServerProcess(env, directory / "worker.log", command=["worker"]).start()
         stack.callback(worker.stop)
@@ -120,58 +233,169 @@ def bench_distributed(results: dict[str, Any], directory: Path, tokens: int) -> 
         stack.callback(api.stop)
         wait_until_ready(api.base_url)
         client = stack.enter_context(sdk_client(api.base_url))
-        timing = best_stream(client, model_of(client), tokens)
-        assert worker.process is not None and api.process is not None
-        model_mb = Settings().resolved_model_path.stat().st_size / 2**20
-        results.setdefault("7_memory_mb", {}).update(
-            {
-                "api_distributed_rss": rss_mb(api.process.pid),
-                "worker_rss_minus_model_file": rss_mb(worker.process.pid) - model_mb,
-            }
-        )
-        return timing.ttft_s
-
-
-def bench_llama_server(results: dict[str, Any], binary: Path, directory: Path, tokens: int) -> None:
-    with LlamaServer(binary, THREADS, directory / "llama-server.log") as peer:
-        client = sdk_client(peer.base_url)
         model = model_of(client)
-        timing = best_stream(client, model, tokens)
-        results["1_stream_tokens_per_s"]["llama_server"] = timing.tokens_per_s
-        results["1_stream_tokens_per_s"]["api_over_llama_server"] = (
-            results["1_stream_tokens_per_s"]["api"] / timing.tokens_per_s
+        if "ttft" in parts:
+            results["distributed"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
+        assert worker.process is not None and api.process is not None
+        if "costs" in parts:
+            pids = {"api_pid": api.process.pid, "worker_pid": worker.process.pid}
+            results["costs"] = {
+                path: request_costs(
+                    client, model, store, **pids, redis_url=redis_url, database_url=database_url, tokens=sizes.tokens
+                )
+                for path, store in PATHS.items()
+            }
+        if "memory" in parts:
+            model_mb = Settings().resolved_model_path.stat().st_size / MB
+            memory = results.setdefault("memory", {})
+            memory["api_distributed_rss_mb"] = rss_mb(api.process.pid)
+            memory["worker_rss_minus_model_mb"] = rss_mb(worker.process.pid) - model_mb
+
+
+def bench_llama_server(results: dict[str, Any], parts: set[str], binary: Path, directory: Path, sizes: Sizes) -> None:
+    with LlamaServer(binary, THREADS, directory / "llama-server.log") as peer, sdk_client(peer.base_url) as client:
+        model = model_of(client)
+        if "stream" in parts:
+            results["stream"]["llama_server"] = timing(client, model, sizes.tokens, False)
+        if "concurrency" in parts:
+            results["concurrency"]["llama_server"] = scaling(client, model, False, sizes)
+        if "conversations" in parts:
+            results["conversations"]["llama_server_stateless"] = talks(client, model, sizes, chained=False)
+        if "stall" in parts:
+            results["stall"]["llama_server"] = stall(client, model, store=False, sentences=sizes.stall_sentences)
+        if "memory" in parts:
+            results.setdefault("memory", {})["llama_server"] = {
+                "rss_mb": rss_mb(peer.process.pid),
+                "kv_mb_per_sequence": kv_bytes_per_token() * peer.kv_cells_per_sequence() / MB,
+                "props": {key: peer.props().get(key) for key in ("total_slots",)},
+            }
+
+
+def bench_reads(results: dict[str, Any], directory: Path) -> bool:
+    """bench/reads.py (lane reads) when it is on this branch: both databases, each against the bare endpoint.
+    False when it is not, and the embedded server's own SQLite figure stands in."""
+    try:
+        module = importlib.import_module("bench.reads")
+    except ModuleNotFoundError:
+        results["left_out"].append("reads on Postgres: bench/reads.py is not on this branch yet (SQLite only)")
+        return False
+    results["reads"] = module.bench_reads(directory / "reads")
+    return True
+
+
+def bench_events(results: dict[str, Any], directory: Path, sizes: Sizes) -> None:
+    """bench/event_writes.py: a background stream's database writes per token (batched, and one event per
+    transaction as before), and the event rate one Postgres takes with 1 and 32 writers."""
+    try:
+        results["events"] = {
+            "flush_ms": event_batches.EVENT_FLUSH_MS,
+            "flush_events": event_batches.EVENT_FLUSH_EVENTS,
+            "event_rate": event_writes.bench_event_rate(EVENT_WRITERS, [EVENT_BATCH], seconds=sizes.event_seconds),
+            "stream_writes": event_writes.bench_server(sizes.event_tokens, 3, directory),
+        }
+    except OSError as error:  # no Postgres to connect to
+        results["left_out"].append(f"events (writes per token, Postgres event rate): no Postgres ({error})")
+
+
+def bench_plugins(results: dict[str, Any], part: str, directory: Path) -> None:
+    figures: list[dict[str, Any]] = []
+    section: dict[str, Any] = {}
+    for module_name, function, lane in PLUGINS[part]:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            path = module_name.replace(".", "/")
+            results["left_out"].append(f"{part}: {path}.py is not on this branch yet (lane {lane})")
+            continue
+        measure: Callable[[Path], dict[str, Any]] = getattr(module, function)
+        measured = measure(directory)
+        section[module_name.rsplit(".", 1)[-1]] = measured
+        figures += measured.get("figures", [])
+    if section:
+        results[part] = {**section, "figures": figures}
+
+
+def parse_parts(value: str) -> set[str]:
+    parts = {part.strip() for part in value.split(",") if part.strip()}
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {PARTS}")
+    return parts
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return f"{os.cpu_count()} cores, {cpu}, load average {os.getloadavg()[0]:.1f} at the start"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    parts: set[str] = args.only
+    sizes = QUICK if args.quick else Sizes(tokens=args.tokens)
+    results: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "threads": THREADS,
+        "sizes": asdict(sizes),
+        "parts": sorted(parts),
+        "left_out": [],
+    }
+    peer = args.llama_server if args.llama_server.is_file() else None
+    if peer is None and parts & PEER_PARTS:
+        results["left_out"].append(
+            f"llama-server's figures: no binary at {args.llama_server} "
+            "(build it with bench/build_llama_server.sh, ~15 min on 2 cores, or pass --llama-server PATH)"
         )
-        results["3_conversations"]["llama_server_stateless"] = conversations(client, model, chained=False)
-        results["6_concurrent_tokens_per_s"]["llama_server"] = scaling(client, model)
-        client.close()
+    if "reads" in parts and shutil.which("wrk") is None:
+        results["left_out"].append("reads (GET and list throughput): wrk is not installed (apt-get install wrk)")
+        parts = parts - {"reads"}
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        if parts & {"stream", "ttft"}:
+            raw = raw_stream(THREADS, sizes.tokens)
+            results["raw"] = {"tokens_per_s": raw.tokens_per_s, "ttft_ms": raw.ttft_s * 1000}
+        if "reads" in parts:
+            bench_reads(results, directory)
+        if parts & EMBEDDED_PARTS:
+            bench_embedded(results, parts, directory, sizes)
+        if parts & DISTRIBUTED_PARTS:
+            if args.no_distributed:
+                results["left_out"].append("distributed figures (ttft, worker memory): --no-distributed")
+            else:
+                bench_distributed(results, parts, directory, sizes)
+        if peer is not None and parts & PEER_PARTS:
+            bench_llama_server(results, parts, peer, directory, sizes)
+        if "events" in parts:
+            bench_events(results, directory, sizes)
+        for part in parts & set(PLUGINS):
+            bench_plugins(results, part, directory)
+    return results
 
 
 def main() -> None:
+    # A SIGTERM (timeout, Ctrl-C's cousin) unwinds like an exception, so the servers this run started are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", type=parse_parts, default=set(PARTS), help="comma-separated parts (default: all)")
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--no-distributed", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="tiny workloads: checks the harness, not the speed")
+    parser.add_argument("--table", type=Path, help="print the table of a saved --json run; measure nothing")
     args = parser.parse_args()
-    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "threads": THREADS, "tokens": args.tokens}
-
-    raw = raw_stream(THREADS, args.tokens)
-    with tempfile.TemporaryDirectory() as name:
-        directory = Path(name)
-        embedded_ttft = bench_embedded(results, directory, args.tokens, raw.tokens_per_s)
-        results["2_ttft_ms"] = {
-            "raw": raw.ttft_s * 1000,
-            "embedded": embedded_ttft * 1000,
-            "embedded_minus_raw": (embedded_ttft - raw.ttft_s) * 1000,
-        }
-        if not args.no_distributed and (distributed_ttft := bench_distributed(results, directory, args.tokens)):
-            results["2_ttft_ms"]["distributed"] = distributed_ttft * 1000
-            results["2_ttft_ms"]["distributed_minus_raw"] = (distributed_ttft - raw.ttft_s) * 1000
-        if args.llama_server.is_file():
-            bench_llama_server(results, args.llama_server, directory, args.tokens)
-        else:
-            results["llama_server_skipped"] = f"no binary at {args.llama_server} (bench/build_llama_server.sh)"
-
+    results = json.loads(args.table.read_text()) if args.table else run(args)
+    print(f"bench.run {results['date']}: {results['machine']}, {results['threads']} llama.cpp threads\n")
+    print(format_table(figures_from(results)))
+    if args.table:
+        return
+    print()
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

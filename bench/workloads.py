@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
+import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +14,8 @@ from typing import Any
 import openai
 
 PROMPT = "Write a long story about a dragon who learns to bake bread."
+#: A stream that runs for thousands of tokens at temperature 0 (a story ends sooner).
+COUNT_PROMPT = "Count from 1 to 3000, one number per line."
 TOPICS = ["bread", "rivers", "owls", "glass", "tea", "comets", "maps", "bees"]
 
 
@@ -26,7 +31,14 @@ class StreamTiming:
     tokens_per_s: float
 
 
-def stream_once(client: openai.OpenAI, model: str, prompt: str, tokens: int) -> StreamTiming:
+def store_argument(store: bool | None) -> dict[str, Any]:
+    """`store` as the SDK call takes it: None leaves it out (ours then stores: the default path)."""
+    return {} if store is None else {"store": store}
+
+
+def stream_once(
+    client: openai.OpenAI, model: str, prompt: str, tokens: int, store: bool | None = False
+) -> StreamTiming:
     """What a streaming client sees: the time to the first text delta, then the delta rate."""
     started = time.perf_counter()
     first = last = 0.0
@@ -34,7 +46,7 @@ def stream_once(client: openai.OpenAI, model: str, prompt: str, tokens: int) -> 
     # create(stream=True), not the stream() helper: llama-server's events lack fields (content_index) that the
     # helper's accumulator needs.
     with client.responses.create(
-        model=model, input=prompt, temperature=0, max_output_tokens=tokens, store=False, stream=True
+        model=model, input=prompt, temperature=0, max_output_tokens=tokens, stream=True, **store_argument(store)
     ) as stream:
         for event in stream:
             if event.type == "response.output_text.delta":
@@ -45,10 +57,12 @@ def stream_once(client: openai.OpenAI, model: str, prompt: str, tokens: int) -> 
     return StreamTiming(ttft_s=first - started, deltas=deltas, tokens_per_s=rate)
 
 
-def best_stream(client: openai.OpenAI, model: str, tokens: int, runs: int = 3) -> StreamTiming:
+def best_stream(
+    client: openai.OpenAI, model: str, tokens: int, store: bool | None = False, runs: int = 3
+) -> StreamTiming:
     """The median of a few runs (after one warm-up that puts the prompt in the cache)."""
-    stream_once(client, model, PROMPT, 16)
-    timings = [stream_once(client, model, PROMPT, tokens) for _ in range(runs)]
+    stream_once(client, model, PROMPT, 16, store)
+    timings = [stream_once(client, model, PROMPT, tokens, store) for _ in range(runs)]
     return StreamTiming(
         ttft_s=statistics.median(t.ttft_s for t in timings),
         deltas=timings[0].deltas,
@@ -56,12 +70,14 @@ def best_stream(client: openai.OpenAI, model: str, tokens: int, runs: int = 3) -
     )
 
 
-def concurrent_streams(client: openai.OpenAI, model: str, streams: int, tokens: int) -> float:
+def concurrent_streams(
+    client: openai.OpenAI, model: str, streams: int, tokens: int, store: bool | None = False
+) -> float:
     """Aggregate output tokens/s of `streams` simultaneous streams with different prompts."""
 
     def one(index: int) -> int:
         prompt = f"Write a long story about {TOPICS[index % len(TOPICS)]} (story {index})."
-        return stream_once(client, model, prompt, tokens).deltas
+        return stream_once(client, model, prompt, tokens, store).deltas
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=streams) as pool:
@@ -130,3 +146,59 @@ def cancel_latency(client: openai.OpenAI, model: str, runs: int = 3) -> dict[str
         samples.append(time.perf_counter() - started)
         assert cancelled.status == "cancelled"
     return {"median_ms": statistics.median(samples) * 1000, "max_ms": max(samples) * 1000}
+
+
+def long_prompt(sentences: int) -> str:
+    """About 17 tokens a sentence on SmolLM2 (240: ~4,000 tokens); a fresh nonce first, so that no prefix cache
+    holds any of it."""
+    lines = [f"Run {uuid.uuid4().hex}. Read these notes, then answer in one word."]
+    lines += [f"Note {i}: the {TOPICS[i % len(TOPICS)]} ledger reads {i * 7919 % 10007}." for i in range(sentences)]
+    return "\n".join(lines)
+
+
+def stall(client: openai.OpenAI, model: str, store: bool | None = False, sentences: int = 240) -> dict[str, float]:
+    """The largest gap a running stream sees between two deltas while another request reads a long prompt
+    (~4,000 tokens), against that stream's median gap before it. The window runs until 0.5 s after the long
+    request's answer, so saving its prefix counts too."""
+    arrivals: list[float] = []
+    window: dict[str, float] = {}
+    steady = threading.Event()  # the stream is decoding at its steady rate (or has ended)
+    prompt = long_prompt(sentences)
+
+    def read_long_prompt() -> None:
+        steady.wait()
+        window["start"] = time.perf_counter()
+        response = client.responses.create(
+            model=model, input=prompt, temperature=0, max_output_tokens=16, **store_argument(store)
+        )
+        window["end"] = time.perf_counter()
+        window["prompt_tokens"] = response.usage.input_tokens if response.usage else 0
+
+    # A daemon thread, not a pool: an interrupted run must not wait for the long request on its way out.
+    reader = threading.Thread(target=read_long_prompt, name="long-prompt", daemon=True)
+    reader.start()
+    try:
+        with client.responses.create(
+            model=model, input=COUNT_PROMPT, temperature=0, max_output_tokens=4000, stream=True, **store_argument(store)
+        ) as stream:
+            for event in stream:
+                if event.type == "response.output_text.delta":
+                    arrivals.append(time.perf_counter())
+                    if len(arrivals) == 32:
+                        steady.set()
+                    if "end" in window and arrivals[-1] > window["end"] + 0.5:
+                        break  # leaving the block closes the stream: the server stops generating
+    finally:
+        steady.set()
+    reader.join()
+    if "end" not in window or arrivals[-1] < window["end"]:
+        raise RuntimeError("the long request failed, or the running stream ended before it was answered")
+    gaps = list(itertools.pairwise(arrivals))
+    before = [b - a for a, b in gaps if b < window["start"]]
+    during = [b - a for a, b in gaps if b >= window["start"]]
+    return {
+        "max_gap_ms": max(during) * 1000,
+        "median_gap_before_ms": statistics.median(before) * 1000,
+        "long_request_ms": (window["end"] - window["start"]) * 1000,
+        "prompt_tokens": window["prompt_tokens"],
+    }
