@@ -46,7 +46,7 @@ def test_an_idle_connection_is_pinged_and_a_dead_one_replaced(monkeypatch: pytes
     dialect, record = FakeDialect(), FakeRecord()
     db_session._note_checkin(None, record)  # type: ignore[arg-type]
     later = time.monotonic() + PING_AFTER_IDLE_S + 1
-    monkeypatch.setattr(db_session.time, "monotonic", lambda: later)
+    monkeypatch.setattr("app.db.session.time.monotonic", lambda: later)
     checkout(dialect, record)
     assert dialect.pings == 1
     # A failed ping is a disconnection: the pool replaces the connection instead of handing it out.
