@@ -8,6 +8,9 @@
    of EVENT_FLUSH_MS / EVENT_FLUSH_EVENTS) and with batches of one event (how it stored them before). The
    transactions that stored a response's events are counted from its event rows' xmin: nothing in the server is
    hooked. (Besides those, a run renews its lease every RESPONSES_LEASE_S / 3: under 0.01 writes a token.)
+   Tokens further apart than EVENT_FLUSH_MS are a batch each: on a loaded machine whose model crawls, both modes
+   show one write a token. Hence also the same in-process with the unit tests' fake model at a fixed token rate
+   (--fake-token-ms, 8.7 ms: this CPU's ~115 tokens/s), which the machine's load does not change.
 2. The sustained event rate one Postgres takes: N concurrent writers, each a run of its own response on its own
    connection, store events in the server's transaction shape (lease renewal + progress step + events) in
    batches of B; events/s and transactions/s for each (N, B), and the ratio to B = 1 at the same N. B = 6 is a
@@ -34,12 +37,15 @@ import asyncpg
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
+from app.config import Settings
 from app.db.base import utc_now
 from app.db.migrations import upgrade_to_head
 from app.db.models import ResponseRow
 from app.db.repositories import jobs
 from app.db.repositories import responses as repository
+from app.main import create_app
 from app.services import event_batches
+from tests.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import free_port
 from tests.protocol import parse_sse
@@ -161,6 +167,41 @@ def bench_server(tokens: int, streams: int, directory: Path) -> dict[str, Any]:
     return figures
 
 
+async def _fake_stream_writes(database_url: str, token_ms: float, tokens: int, streams: int) -> dict[str, float]:
+    """As stream_writes, in-process with the fake model saying a word every `token_ms`."""
+    runner = FakeRunner(delay_s=token_ms / 1000)
+    runner.reply = [f"w{index}" for index in range(tokens)]
+    settings = Settings(database_url=database_url, model_id="fake-model", _env_file=None)
+    app = create_app(settings, fake_generation(FakeRenderer(), runner))
+    events = writes = 0
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=600) as client:
+            for _ in range(streams):
+                body = {"input": PROMPT, "background": True, "stream": True}
+                streamed = parse_sse((await client.post("/v1/responses", json=body)).text)
+                stored, transactions = await _event_transactions(database_url, streamed[-1]["response"]["id"])
+                events, writes = events + stored, writes + transactions
+    return {"events": events, "event_writes": writes, "writes_per_token": writes / (tokens * streams)}
+
+
+def bench_fake_model(token_ms: float, tokens: int, streams: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {"token_ms": token_ms}
+    shipped = event_batches.EVENT_FLUSH_EVENTS
+    with fresh_postgres_database() as url:
+        upgrade_to_head(url)
+        try:
+            event_batches.EVENT_FLUSH_EVENTS = 1
+            figures["one_event_per_write"] = asyncio.run(_fake_stream_writes(url, token_ms, tokens, streams))
+        finally:
+            event_batches.EVENT_FLUSH_EVENTS = shipped
+        figures["batched"] = asyncio.run(_fake_stream_writes(url, token_ms, tokens, streams))
+    figures["writes_ratio_batched_to_one"] = (
+        figures["batched"]["writes_per_token"] / figures["one_event_per_write"]["writes_per_token"]
+    )
+    return figures
+
+
 async def _writer(
     sessionmaker: async_sessionmaker[AsyncSession], response_id: str, batch: int, deadline: float
 ) -> tuple[int, int]:
@@ -245,7 +286,8 @@ def main() -> None:
     parser.add_argument("--writers", default="1,8,32")
     parser.add_argument("--batches", default="6,32")
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--no-server", action="store_true", help="only the event rate (no model needed)")
+    parser.add_argument("--fake-token-ms", type=float, default=8.7)
+    parser.add_argument("--no-server", action="store_true", help="no real model: the event rate and the fake model")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {
@@ -256,6 +298,8 @@ def main() -> None:
     batches = [int(size) for size in args.batches.split(",")]
     results["event_rate"] = bench_event_rate(writers, batches, args.seconds)
     print(json.dumps({"event_rate": results["event_rate"]}, indent=2), flush=True)
+    results["fake_model_writes"] = bench_fake_model(args.fake_token_ms, args.tokens, args.streams)
+    print(json.dumps({"fake_model_writes": results["fake_model_writes"]}, indent=2), flush=True)
     if not args.no_server:
         with tempfile.TemporaryDirectory() as directory:
             results["stream_writes"] = bench_server(args.tokens, args.streams, Path(directory))
