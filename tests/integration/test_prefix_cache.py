@@ -1,6 +1,6 @@
-"""Prefix reuse on the real model: chained and stateless turns prefill only what is new, the cache never
-changes what the model says (temperature 0, against a server with reuse turned off), and it never crosses
-tenants."""
+"""Prefix reuse on the real model: by default chained and stateless turns prefill only what is new (the
+previous answer included); in exact mode the cache never changes what the model says (temperature 0, against a
+server with reuse turned off); and it never crosses tenants."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from typing import Any
 import openai
 import pytest
 
+from app.generation.kv_reuse import EXACT_CHUNK
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.server import SdkClients, ServerProcess
 
 pytestmark = pytest.mark.integration
 
 QUESTIONS = ["Name a fruit.", "What colour is it?", "Where does it grow?", "Name another one."]
+#: The case that once drifted on a hit (the last prompt token re-read alone); instructions make the prompt
+#: longer than one exact-mode chunk, so the repeats do hit.
+BANANA = "Repeat the word 'banana' 3000 times."
+BANANA_INSTRUCTIONS = "You are a helpful assistant. " + "Do exactly what the user asks, nothing more. " * 4
 
 
 def _conversations(client: openai.OpenAI, model: str) -> dict[str, list[Any]]:
@@ -56,10 +61,28 @@ def _server(tmp_path: Path, name: str, cache_mb: str, **extra: str) -> ServerPro
     return ServerProcess(env, tmp_path / f"{name}.log").start()
 
 
-def test_reuse_prefills_only_new_tokens_and_never_changes_the_output(tmp_path: Path, sdk: SdkClients) -> None:
+def test_by_default_a_turn_reads_only_its_new_tokens(tmp_path: Path, sdk: SdkClients) -> None:
+    server = _server(tmp_path, "default", "256")
+    try:
+        client = sdk(server.base_url)
+        runs = _conversations(client, client.models.list().data[0].id)
+    finally:
+        server.stop()
+
+    for kind, turns in runs.items():
+        for previous, turn in pairwise(turns):
+            # The previous prompt and the previous answer are reused: only the message markers around the
+            # answer and the new question are read (the final token of the answer was never decoded when the
+            # answer ended on its length limit).
+            answer_end = 1 if previous.status == "incomplete" else 0
+            reused = previous.usage.input_tokens + previous.usage.output_tokens - answer_end
+            assert turn.usage.input_tokens_details.cached_tokens >= reused, (kind, turn.usage)
+
+
+def test_exact_mode_never_changes_the_output(tmp_path: Path, sdk: SdkClients) -> None:
     runs = {}
     for name, cache_mb in (("cached", "256"), ("uncached", "0")):
-        server = _server(tmp_path, name, cache_mb)
+        server = _server(tmp_path, name, cache_mb, RESPONSES_KV_REUSE="exact")
         try:
             client = sdk(server.base_url)
             runs[name] = _conversations(client, client.models.list().data[0].id)
@@ -71,8 +94,29 @@ def test_reuse_prefills_only_new_tokens_and_never_changes_the_output(tmp_path: P
         assert [turn.output_text for turn in cached] == [turn.output_text for turn in uncached], kind
         assert all(turn.usage.input_tokens_details.cached_tokens == 0 for turn in uncached)
         for previous, turn in pairwise(cached):
-            # The previous prompt is reused whole: only the previous answer and the new question are read.
-            assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens, kind
+            # The previous prompt is reused up to its last whole chunk; its answer is read again.
+            whole_chunks = previous.usage.input_tokens - previous.usage.input_tokens % EXACT_CHUNK
+            assert turn.usage.input_tokens_details.cached_tokens >= whole_chunks, kind
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_exact_mode_hits_give_the_cold_output_token_for_token(tmp_path: Path, sdk: SdkClients, threads: str) -> None:
+    server = _server(tmp_path, f"banana{threads}", "256", RESPONSES_KV_REUSE="exact", RESPONSES_N_THREADS=threads)
+    try:
+        client = sdk(server.base_url)
+        model = client.models.list().data[0].id
+        for instructions in (None, BANANA_INSTRUCTIONS):
+            turns = [
+                client.responses.create(
+                    model=model, instructions=instructions, input=BANANA, temperature=0, max_output_tokens=48
+                )
+                for _ in range(3)
+            ]
+            assert [turn.output_text for turn in turns] == [turns[0].output_text] * 3, instructions
+            if instructions is not None:
+                assert all(turn.usage.input_tokens_details.cached_tokens >= EXACT_CHUNK for turn in turns[1:])
+    finally:
+        server.stop()
 
 
 def test_one_tenant_never_reuses_another_tenants_prefix(tmp_path: Path, sdk: SdkClients) -> None:
