@@ -49,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 #: Most tokens one llama_decode call takes; long prompts are read in chunks of this, between decode steps.
 BATCH_TOKENS = 512
+#: A finished sequence's KV state larger than this is saved to the prefix cache only once no other sequence
+#: runs: the copy holds up every running stream (a 7.6k-token SmolLM2 prompt is ~170 MB, a pause of ~200 ms
+#: measured by bench/prefix_save.py). Smaller states (~1.4k SmolLM2 tokens) copy in a few ms and are saved at once.
+SAVE_WHILE_RUNNING_BYTES = 32 * 2**20
 _PIECE_BUFFER = 256
 
 
@@ -95,6 +99,8 @@ class _Slot:
     cached: int = 0
     #: Still reading its prompt (no token sampled yet).
     reading: bool = False
+    #: Its cells are not in the prefix cache yet (a large state waits for an idle engine, see _finish).
+    unsaved: bool = False
     #: None: no logprobs (the default, fast path); else how many alternatives each token reports.
     top_logprobs: int | None = None
 
@@ -200,7 +206,7 @@ class LlamaEngine:
 
     def _run(self) -> None:
         while True:
-            if not self._admit(wait=not self._busy()):
+            if not self._admit(wait=not self._busy() and not self._unsaved()):
                 break
             if self._busy():
                 try:
@@ -208,12 +214,19 @@ class LlamaEngine:
                 except Exception as error:  # a failed decode ends every generation in it, not the engine
                     logger.exception("decode step failed")
                     self._fail_all(f"generation failed: {error}")
+            else:
+                # Idle, nothing waiting: save the states that were too large to copy while others ran.
+                for slot in self._unsaved()[:1]:
+                    self._save_prefix(slot)
         for slot in self._slots:
             if slot.request is not None:
                 self._finish(slot, "cancelled")
 
     def _busy(self) -> bool:
         return any(slot.request is not None for slot in self._slots)
+
+    def _unsaved(self) -> list[_Slot]:
+        return [slot for slot in self._slots if slot.unsaved and slot.request is None]
 
     def _admit(self, *, wait: bool) -> bool:
         """Start waiting requests on free slots; False once close() was called."""
@@ -243,7 +256,10 @@ class LlamaEngine:
             return
         scope = request.cache_scope
         free = [(slot, self._shared_prefix(slot, scope, prompt)) for slot in self._slots if slot.request is None]
-        slot, reused = max(free, key=lambda candidate: candidate[1])
+        # On a tie (no prefix shared, say) a slot whose cells are saved or empty: an unsaved state is lost when
+        # its slot is taken.
+        slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
+        slot.unsaved = False
         reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
@@ -274,7 +290,11 @@ class LlamaEngine:
             return reused
         shared, saved = match
         self._clear(slot)
-        data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        # llama.cpp only reads the state: no copy of a bytearray (what _save_prefix keeps).
+        buffer = ctypes.c_uint8 * len(saved.data)
+        data = (
+            buffer.from_buffer(saved.data) if isinstance(saved.data, bytearray) else buffer.from_buffer_copy(saved.data)
+        )
         if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
             slot.tokens = saved.tokens.tolist()
             return shared
@@ -285,7 +305,7 @@ class LlamaEngine:
     def _clear(self, slot: _Slot) -> None:
         """Drop every KV cell of the slot's sequence."""
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-        slot.tokens = []
+        slot.tokens, slot.unsaved = [], False
 
     def _sampler(self, sampling: SamplingParams, written: list[int]) -> llama_cpp.llama_sampler_p:
         """The sampler chain for `sampling`, having accepted `written` (the output of an earlier run)."""
@@ -438,7 +458,12 @@ class LlamaEngine:
         if kept < len(slot.tokens):
             llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, kept, -1)
             slot.tokens = slot.tokens[:kept]
-        self._save_prefix(slot)
+        if self._cache is not None and slot.tokens:
+            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+            if size <= SAVE_WHILE_RUNNING_BYTES or not self._busy():
+                self._save_prefix(slot, size)
+            else:
+                slot.unsaved = True
         request.emit(Finish(reason, len(request.prompt), slot.cached, slot.produced))
 
     def _release(self, slot: _Slot) -> None:
@@ -447,13 +472,19 @@ class LlamaEngine:
         slot.request, slot.sampler, slot.decoder, slot.pending = None, None, None, []
         slot.top_logprobs, slot.reading = None, False
 
-    def _save_prefix(self, slot: _Slot) -> None:
+    def _save_prefix(self, slot: _Slot, size: int | None = None) -> None:
+        slot.unsaved = False
         if self._cache is None or not slot.tokens:
             return
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
-        data = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, slot.seq_id)
-        self._cache.put(slot.scope, slot.tokens, ctypes.string_at(data, written))
+        if size is None:
+            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+        # One copy: llama.cpp writes straight into the bytes the cache keeps.
+        data = bytearray(size)
+        written = llama_cpp.llama_state_seq_get_data(
+            self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.seq_id
+        )
+        del data[written:]
+        self._cache.put(slot.scope, slot.tokens, data)
 
     def _fail_all(self, message: str) -> None:
         for slot in self._slots:

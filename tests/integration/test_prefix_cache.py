@@ -4,6 +4,8 @@ server with reuse turned off); and it never crosses tenants."""
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,12 @@ from typing import Any
 import openai
 import pytest
 
+from app.config import Settings
+from app.generation import engine as engine_module
+from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.kv_reuse import EXACT_CHUNK
+from app.generation.prefix_cache import PrefixCache
+from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.server import SdkClients, ServerProcess
 
@@ -141,3 +148,45 @@ def test_one_tenant_never_reuses_another_tenants_prefix(tmp_path: Path, sdk: Sdk
             assert reused == prompt - 1
     finally:
         server.stop()
+
+
+def test_a_large_state_is_saved_only_once_no_other_generation_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every state counts as large: none is copied while another sequence runs.
+    monkeypatch.setattr(engine_module, "SAVE_WHILE_RUNNING_BYTES", 0)
+    cache = PrefixCache(256 * 2**20)
+    engine = LlamaEngine(Settings().resolved_model_path, n_ctx=1024, n_threads=2, slots=2, prefix_cache=cache)
+    try:
+        running = _Collector()
+        # A grammar that never completes: the stream runs until it is cancelled.
+        endless = SamplingParams(temperature=0, top_p=1, max_output_tokens=None, grammar='root ::= "a" root')
+        stream = GenerationRequest(engine.tokenize("Write the letter a."), endless, running.emit, "stream")
+        engine.submit(stream)
+        assert running.first_piece.wait(60)
+        short = _Collector()
+        prompt = engine.tokenize("Name a fruit.")
+        engine.submit(GenerationRequest(prompt, SamplingParams(0, 1, 1), short.emit, "short"))
+        assert short.finished.wait(60)
+        assert not running.finished.is_set()
+        assert cache.best_match("short", prompt) is None, "copied while another sequence ran"
+
+        stream.cancelled.set()
+        assert running.finished.wait(60)
+        deadline = time.monotonic() + 30
+        while cache.best_match("short", prompt) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        match = cache.best_match("short", prompt)
+        assert match is not None and match[0] == len(prompt), "not saved once the engine was idle"
+    finally:
+        engine.close()
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.first_piece = threading.Event()
+        self.finished = threading.Event()
+
+    def emit(self, output: GenerationOutput) -> None:
+        if isinstance(output, Finish | GenerationFailed):
+            self.finished.set()
+        else:
+            self.first_piece.set()
