@@ -98,6 +98,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Memory for saved KV states that later prompts sharing a prefix reuse (LRU); 0 turns reuse off.",
     )
+    kv_reuse: Literal["all", "exact"] = Field(
+        "all",
+        description="KV cells a later prompt reuses: 'all' (those of generated tokens too, as llama-server: a "
+        "chained turn reads only its new tokens) or 'exact' (a cache hit gives exactly a cold read's output; "
+        "prompts are read in fixed 64-token chunks and the previous answer is read again).",
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated API keys; each key is its own tenant. Empty: an open server.",

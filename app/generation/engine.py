@@ -7,9 +7,10 @@ on a GPU even more so. A lean loop on llama.cpp's C API: no per-token copy of th
 sampling.
 
 Prompts reuse KV state: a new sequence takes the free slot whose cells share the longest prefix with its
-prompt, or restores a longer one from the PrefixCache, and prefills only the rest. Only cells computed while
-reading a prompt are kept (see _finish), so reuse never changes a single logit. Reuse never crosses a request's
-`cache_scope` (its tenant): a slot's cells and saved states serve only prompts of the scope that computed them.
+prompt, or restores a longer one from the PrefixCache, and prefills only the rest. By default every cell is
+kept, the answer's included, so a chained turn reads only its new tokens; in exact mode a hit gives exactly
+a cold read's output (see kv_reuse.py). Reuse never crosses a request's `cache_scope` (its tenant): a slot's
+cells and saved states serve only prompts of the scope that computed them.
 
 All llama.cpp calls happen on the engine's own thread; `submit` and the request's `cancelled` flag are the
 only ways in, `emit` the only way out.
@@ -32,6 +33,7 @@ import llama_cpp
 import numpy as np
 
 from app.config import Settings
+from app.generation.kv_reuse import KvReuse, KvReuseMode
 from app.generation.prefix_cache import PrefixCache, common_prefix_length
 from app.generation.types import (
     Finish,
@@ -47,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 #: Most tokens one llama_decode call takes; long prompts are read in chunks of this, between decode steps.
 BATCH_TOKENS = 512
+#: A finished sequence's KV state larger than this is saved to the prefix cache only once no other sequence
+#: runs: the copy holds up every running stream (a 7.6k-token SmolLM2 prompt is ~170 MB, a pause of ~200 ms
+#: measured by bench/prefix_save.py). Smaller states (~1.4k SmolLM2 tokens) copy in a few ms and are saved at once.
+SAVE_WHILE_RUNNING_BYTES = 32 * 2**20
 _PIECE_BUFFER = 256
 
 
@@ -91,6 +97,10 @@ class _Slot:
     budget: int = 0
     produced: int = 0
     cached: int = 0
+    #: Still reading its prompt (no token sampled yet).
+    reading: bool = False
+    #: Its cells are not in the prefix cache yet (a large state waits for an idle engine, see _finish).
+    unsaved: bool = False
     #: None: no logprobs (the default, fast path); else how many alternatives each token reports.
     top_logprobs: int | None = None
 
@@ -105,6 +115,7 @@ class LlamaEngine:
         n_gpu_layers: int | None = None,
         slots: int = 1,
         prefix_cache: PrefixCache | None = None,
+        kv_reuse: KvReuseMode = "all",
     ) -> None:
         # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -141,6 +152,7 @@ class LlamaEngine:
         self._piece = (ctypes.c_char * _PIECE_BUFFER)()
         self._slots = [_Slot(seq_id) for seq_id in range(slots)]
         self._cache = prefix_cache
+        self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
@@ -156,6 +168,7 @@ class LlamaEngine:
             n_gpu_layers=spec.n_gpu_layers,
             slots=concurrency(settings),
             prefix_cache=PrefixCache(cache_bytes) if cache_bytes else None,
+            kv_reuse=settings.kv_reuse,
         )
 
     @property
@@ -193,7 +206,7 @@ class LlamaEngine:
 
     def _run(self) -> None:
         while True:
-            if not self._admit(wait=not self._busy()):
+            if not self._admit(wait=not self._busy() and not self._unsaved()):
                 break
             if self._busy():
                 try:
@@ -201,12 +214,19 @@ class LlamaEngine:
                 except Exception as error:  # a failed decode ends every generation in it, not the engine
                     logger.exception("decode step failed")
                     self._fail_all(f"generation failed: {error}")
+            else:
+                # Idle, nothing waiting: save the states that were too large to copy while others ran.
+                for slot in self._unsaved()[:1]:
+                    self._save_prefix(slot)
         for slot in self._slots:
             if slot.request is not None:
                 self._finish(slot, "cancelled")
 
     def _busy(self) -> bool:
         return any(slot.request is not None for slot in self._slots)
+
+    def _unsaved(self) -> list[_Slot]:
+        return [slot for slot in self._slots if slot.unsaved and slot.request is None]
 
     def _admit(self, *, wait: bool) -> bool:
         """Start waiting requests on free slots; False once close() was called."""
@@ -236,10 +256,11 @@ class LlamaEngine:
             return
         scope = request.cache_scope
         free = [(slot, self._shared_prefix(slot, scope, prompt)) for slot in self._slots if slot.request is None]
-        slot, reused = max(free, key=lambda candidate: candidate[1])
-        reused = self._restore_prefix(slot, scope, prompt, reused)
-        # Always read at least the last prompt token again: its logits choose the first output token.
-        reused = min(reused, len(prompt) - 1)
+        # On a tie (no prefix shared, say) a slot whose cells are saved or empty: an unsaved state is lost when
+        # its slot is taken.
+        slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
+        slot.unsaved = False
+        reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
         slot.scope = scope
@@ -249,6 +270,7 @@ class LlamaEngine:
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         slot.budget, slot.produced, slot.cached = budget, 0, reused
         slot.top_logprobs = request.sampling.top_logprobs
+        slot.reading = True
         slot.request = request
 
     def _shared_prefix(self, slot: _Slot, scope: str, prompt: list[int]) -> int:
@@ -264,11 +286,15 @@ class LlamaEngine:
             self._clear(slot)
             return 0
         match = self._cache.best_match(scope, prompt)
-        if match is None or match[0] <= reused:
+        if match is None or self._reuse.usable(match[0], len(prompt)) <= self._reuse.usable(reused, len(prompt)):
             return reused
         shared, saved = match
         self._clear(slot)
-        data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        # llama.cpp only reads the state: no copy of a bytearray (what _save_prefix keeps).
+        buffer = ctypes.c_uint8 * len(saved.data)
+        data = (
+            buffer.from_buffer(saved.data) if isinstance(saved.data, bytearray) else buffer.from_buffer_copy(saved.data)
+        )
         if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
             slot.tokens = saved.tokens.tolist()
             return shared
@@ -279,7 +305,7 @@ class LlamaEngine:
     def _clear(self, slot: _Slot) -> None:
         """Drop every KV cell of the slot's sequence."""
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-        slot.tokens = []
+        slot.tokens, slot.unsaved = [], False
 
     def _sampler(self, sampling: SamplingParams, written: list[int]) -> llama_cpp.llama_sampler_p:
         """The sampler chain for `sampling`, having accepted `written` (the output of an earlier run)."""
@@ -318,36 +344,37 @@ class LlamaEngine:
 
     def _step(self) -> None:
         """One llama_decode over every running sequence, then one sampled token for each that is due one."""
+        running: list[_Slot] = []
+        for slot in self._slots:
+            if slot.request is None:
+                continue
+            if slot.request.cancelled.is_set():
+                self._finish(slot, "cancelled")
+            else:
+                running.append(slot)
+        generating = [slot for slot in running if not slot.reading]
+        reading = [slot for slot in running if slot.reading]
+        if self._reuse.exact:
+            # A prompt chunk shares its llama_decode with nothing: llama.cpp would split it into ubatches shaped
+            # by the other sequences' tokens, and its cells would round differently from a cold read's.
+            self._decode(generating, [])
+            self._decode([], reading[:1])
+        else:
+            # Generating sequences first (one token each), then prompts in chunks, so a long prompt never
+            # stalls the others for more than one chunk.
+            self._decode(generating, reading)
+
+    def _decode(self, generating: list[_Slot], reading: list[_Slot]) -> None:
         batch = self._batch
         used = 0
         sampled: list[tuple[_Slot, int]] = []
-        # Generating sequences first (one token each), then prompts in chunks, so a long prompt never
-        # stalls the others for more than one chunk.
-        running = sorted(
-            (slot for slot in self._slots if slot.request is not None), key=lambda slot: len(slot.pending) > 1
-        )
-        for slot in running:
-            assert slot.request is not None
-            if slot.request.cancelled.is_set():
-                self._finish(slot, "cancelled")
-                continue
-            chunk = slot.pending[: BATCH_TOKENS - used]
-            if not chunk:
-                continue
-            start = len(slot.tokens)
-            for offset, token in enumerate(chunk):
-                index = used + offset
-                batch.token[index] = token
-                batch.pos[index] = start + offset
-                batch.n_seq_id[index] = 1
-                batch.seq_id[index][0] = slot.seq_id
-                batch.logits[index] = False
-            used += len(chunk)
-            slot.tokens.extend(chunk)
-            slot.pending = slot.pending[len(chunk) :]
-            if not slot.pending:
-                batch.logits[used - 1] = True
-                sampled.append((slot, used - 1))
+        for slot in generating:
+            used = self._put(slot, 1, used, sampled)
+        for slot in reading:
+            room = BATCH_TOKENS - used
+            if room <= 0:
+                break
+            used = self._put(slot, self._reuse.chunk_length(len(slot.tokens), len(slot.pending), room), used, sampled)
         if not used:
             return
         batch.n_tokens = used
@@ -358,6 +385,26 @@ class LlamaEngine:
             # Only requests that asked for logprobs read the logits row here (a copy, taken before sampling).
             logits = self._logits_row(index) if slot.top_logprobs is not None else None
             self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index), logits)
+
+    def _put(self, slot: _Slot, count: int, used: int, sampled: list[tuple[_Slot, int]]) -> int:
+        """Add the slot's next `count` pending tokens to the batch from index `used`; the new batch length."""
+        batch = self._batch
+        start = len(slot.tokens)
+        for offset, token in enumerate(slot.pending[:count]):
+            index = used + offset
+            batch.token[index] = token
+            batch.pos[index] = start + offset
+            batch.n_seq_id[index] = 1
+            batch.seq_id[index][0] = slot.seq_id
+            batch.logits[index] = False
+        used += count
+        slot.tokens.extend(slot.pending[:count])
+        slot.pending = slot.pending[count:]
+        if not slot.pending:
+            batch.logits[used - 1] = True
+            sampled.append((slot, used - 1))
+            slot.reading = False
+        return used
 
     def _logits_row(self, index: int) -> np.ndarray:
         row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,))
@@ -407,28 +454,37 @@ class LlamaEngine:
         if tail:
             request.emit(tail)
         self._release(slot)
-        # Keep only the prompt's cells. Generated tokens were decoded one at a time, and llama.cpp's kernels
-        # round differently for one token than for a batch: reusing their cells would make the next turn's
-        # output differ from what a fresh read of the same prompt gives. They are read again, as a batch.
-        kept = min(len(slot.tokens), len(request.prompt))
-        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, kept, -1)
-        slot.tokens = slot.tokens[:kept]
-        self._save_prefix(slot)
+        kept = self._reuse.kept(len(slot.tokens), len(request.prompt))
+        if kept < len(slot.tokens):
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, kept, -1)
+            slot.tokens = slot.tokens[:kept]
+        if self._cache is not None and slot.tokens:
+            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+            if size <= SAVE_WHILE_RUNNING_BYTES or not self._busy():
+                self._save_prefix(slot, size)
+            else:
+                slot.unsaved = True
         request.emit(Finish(reason, len(request.prompt), slot.cached, slot.produced))
 
     def _release(self, slot: _Slot) -> None:
         if slot.sampler is not None:
             llama_cpp.llama_sampler_free(slot.sampler)
         slot.request, slot.sampler, slot.decoder, slot.pending = None, None, None, []
-        slot.top_logprobs = None
+        slot.top_logprobs, slot.reading = None, False
 
-    def _save_prefix(self, slot: _Slot) -> None:
+    def _save_prefix(self, slot: _Slot, size: int | None = None) -> None:
+        slot.unsaved = False
         if self._cache is None or not slot.tokens:
             return
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
-        data = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, data, size, slot.seq_id)
-        self._cache.put(slot.scope, slot.tokens, ctypes.string_at(data, written))
+        if size is None:
+            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+        # One copy: llama.cpp writes straight into the bytes the cache keeps.
+        data = bytearray(size)
+        written = llama_cpp.llama_state_seq_get_data(
+            self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.seq_id
+        )
+        del data[written:]
+        self._cache.put(slot.scope, slot.tokens, data)
 
     def _fail_all(self, message: str) -> None:
         for slot in self._slots:

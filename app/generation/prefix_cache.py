@@ -34,7 +34,8 @@ def common_prefix_length(left: TokenArray, right: TokenArray) -> int:
 class SavedState:
     scope: str
     tokens: TokenArray
-    data: bytes
+    #: The engine hands over a bytearray, so that a restore reads it without a copy; never modified.
+    data: bytes | bytearray
 
 
 class PrefixCache:
@@ -71,7 +72,7 @@ class PrefixCache:
             self._entries.move_to_end(best[1])
             return best[0], self._entries[best[1]]
 
-    def put(self, scope: str, tokens: Sequence[int] | TokenArray, data: bytes) -> None:
+    def put(self, scope: str, tokens: Sequence[int] | TokenArray, data: bytes | bytearray) -> None:
         """Keep `data`, the KV state of exactly `tokens` for `scope`; evicts least recently used entries to fit."""
         entry = SavedState(scope, np.array(tokens, dtype=np.int32), data)
         if not len(entry.tokens) or len(data) > self.capacity_bytes:

@@ -1,9 +1,11 @@
-"""Prefix reuse on the real model: chained and stateless turns prefill only what is new, the cache never
-changes what the model says (temperature 0, against a server with reuse turned off), and it never crosses
-tenants."""
+"""Prefix reuse on the real model: by default chained and stateless turns prefill only what is new (the
+previous answer included); in exact mode the cache never changes what the model says (temperature 0, against a
+server with reuse turned off); and it never crosses tenants."""
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -11,12 +13,22 @@ from typing import Any
 import openai
 import pytest
 
+from app.config import Settings
+from app.generation import engine as engine_module
+from app.generation.engine import GenerationRequest, LlamaEngine
+from app.generation.kv_reuse import EXACT_CHUNK
+from app.generation.prefix_cache import PrefixCache
+from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.server import SdkClients, ServerProcess
 
 pytestmark = pytest.mark.integration
 
 QUESTIONS = ["Name a fruit.", "What colour is it?", "Where does it grow?", "Name another one."]
+#: The case that once drifted on a hit (the last prompt token re-read alone); instructions make the prompt
+#: longer than one exact-mode chunk, so the repeats do hit.
+BANANA = "Repeat the word 'banana' 3000 times."
+BANANA_INSTRUCTIONS = "You are a helpful assistant. " + "Do exactly what the user asks, nothing more. " * 4
 
 
 def _conversations(client: openai.OpenAI, model: str) -> dict[str, list[Any]]:
@@ -56,10 +68,28 @@ def _server(tmp_path: Path, name: str, cache_mb: str, **extra: str) -> ServerPro
     return ServerProcess(env, tmp_path / f"{name}.log").start()
 
 
-def test_reuse_prefills_only_new_tokens_and_never_changes_the_output(tmp_path: Path, sdk: SdkClients) -> None:
+def test_by_default_a_turn_reads_only_its_new_tokens(tmp_path: Path, sdk: SdkClients) -> None:
+    server = _server(tmp_path, "default", "256")
+    try:
+        client = sdk(server.base_url)
+        runs = _conversations(client, client.models.list().data[0].id)
+    finally:
+        server.stop()
+
+    for kind, turns in runs.items():
+        for previous, turn in pairwise(turns):
+            # The previous prompt and the previous answer are reused: only the message markers around the
+            # answer and the new question are read (the final token of the answer was never decoded when the
+            # answer ended on its length limit).
+            answer_end = 1 if previous.status == "incomplete" else 0
+            reused = previous.usage.input_tokens + previous.usage.output_tokens - answer_end
+            assert turn.usage.input_tokens_details.cached_tokens >= reused, (kind, turn.usage)
+
+
+def test_exact_mode_never_changes_the_output(tmp_path: Path, sdk: SdkClients) -> None:
     runs = {}
     for name, cache_mb in (("cached", "256"), ("uncached", "0")):
-        server = _server(tmp_path, name, cache_mb)
+        server = _server(tmp_path, name, cache_mb, RESPONSES_KV_REUSE="exact")
         try:
             client = sdk(server.base_url)
             runs[name] = _conversations(client, client.models.list().data[0].id)
@@ -71,8 +101,29 @@ def test_reuse_prefills_only_new_tokens_and_never_changes_the_output(tmp_path: P
         assert [turn.output_text for turn in cached] == [turn.output_text for turn in uncached], kind
         assert all(turn.usage.input_tokens_details.cached_tokens == 0 for turn in uncached)
         for previous, turn in pairwise(cached):
-            # The previous prompt is reused whole: only the previous answer and the new question are read.
-            assert turn.usage.input_tokens_details.cached_tokens >= previous.usage.input_tokens, kind
+            # The previous prompt is reused up to its last whole chunk; its answer is read again.
+            whole_chunks = previous.usage.input_tokens - previous.usage.input_tokens % EXACT_CHUNK
+            assert turn.usage.input_tokens_details.cached_tokens >= whole_chunks, kind
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_exact_mode_hits_give_the_cold_output_token_for_token(tmp_path: Path, sdk: SdkClients, threads: str) -> None:
+    server = _server(tmp_path, f"banana{threads}", "256", RESPONSES_KV_REUSE="exact", RESPONSES_N_THREADS=threads)
+    try:
+        client = sdk(server.base_url)
+        model = client.models.list().data[0].id
+        for instructions in (None, BANANA_INSTRUCTIONS):
+            turns = [
+                client.responses.create(
+                    model=model, instructions=instructions, input=BANANA, temperature=0, max_output_tokens=48
+                )
+                for _ in range(3)
+            ]
+            assert [turn.output_text for turn in turns] == [turns[0].output_text] * 3, instructions
+            if instructions is not None:
+                assert all(turn.usage.input_tokens_details.cached_tokens >= EXACT_CHUNK for turn in turns[1:])
+    finally:
+        server.stop()
 
 
 def test_one_tenant_never_reuses_another_tenants_prefix(tmp_path: Path, sdk: SdkClients) -> None:
@@ -97,3 +148,45 @@ def test_one_tenant_never_reuses_another_tenants_prefix(tmp_path: Path, sdk: Sdk
             assert reused == prompt - 1
     finally:
         server.stop()
+
+
+def test_a_large_state_is_saved_only_once_no_other_generation_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every state counts as large: none is copied while another sequence runs.
+    monkeypatch.setattr(engine_module, "SAVE_WHILE_RUNNING_BYTES", 0)
+    cache = PrefixCache(256 * 2**20)
+    engine = LlamaEngine(Settings().resolved_model_path, n_ctx=1024, n_threads=2, slots=2, prefix_cache=cache)
+    try:
+        running = _Collector()
+        # A grammar that never completes: the stream runs until it is cancelled.
+        endless = SamplingParams(temperature=0, top_p=1, max_output_tokens=None, grammar='root ::= "a" root')
+        stream = GenerationRequest(engine.tokenize("Write the letter a."), endless, running.emit, "stream")
+        engine.submit(stream)
+        assert running.first_piece.wait(60)
+        short = _Collector()
+        prompt = engine.tokenize("Name a fruit.")
+        engine.submit(GenerationRequest(prompt, SamplingParams(0, 1, 1), short.emit, "short"))
+        assert short.finished.wait(60)
+        assert not running.finished.is_set()
+        assert cache.best_match("short", prompt) is None, "copied while another sequence ran"
+
+        stream.cancelled.set()
+        assert running.finished.wait(60)
+        deadline = time.monotonic() + 30
+        while cache.best_match("short", prompt) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        match = cache.best_match("short", prompt)
+        assert match is not None and match[0] == len(prompt), "not saved once the engine was idle"
+    finally:
+        engine.close()
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.first_piece = threading.Event()
+        self.finished = threading.Event()
+
+    def emit(self, output: GenerationOutput) -> None:
+        if isinstance(output, Finish | GenerationFailed):
+            self.finished.set()
+        else:
+            self.first_piece.set()

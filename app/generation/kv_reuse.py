@@ -1,0 +1,56 @@
+"""How much of a sequence's KV cells a later prompt may reuse, and in which chunks prompts are read.
+
+Two modes (RESPONSES_KV_REUSE):
+- `all` (the default, as llama-server does): every cell is kept, those of generated tokens included, so a
+  chained or resent turn prefills only its new tokens. A hit may round differently from a cold read:
+  llama.cpp's CPU kernels give a token's cells slightly different values when it is decoded alone (as
+  generated tokens are) than in a batch, or in a batch of another shape, and at temperature 0 an answer can
+  take another path.
+- `exact`: a hit gives exactly the output of a cold read, by construction. Prompts are read in chunks whose
+  boundaries are fixed positions (multiples of EXACT_CHUNK), each in a llama_decode of its own, and a prompt
+  reuses cells only up to such a boundary and only cells computed while reading a prompt. So every cell and
+  the last chunk (whose logits pick the first token) are computed from identical inputs in identical shapes,
+  hit or cold. The price: up to EXACT_CHUNK - 1 tokens re-read per hit, the previous answer always re-read,
+  and prompt chunks never share a batch with other sequences' tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+KvReuseMode = Literal["all", "exact"]
+
+#: Chunk size of exact mode's prompt reading: a hit re-reads at most 63 tokens, and on a CPU a 64-row matmul
+#: already runs near full speed. bench/prefill_chunks.py prints prefill speed by chunk size against 512 (see
+#: bench/README.md); on the loaded 2-core machine this was chosen on, the figures were noise.
+EXACT_CHUNK = 64
+
+
+@dataclass(frozen=True, slots=True)
+class KvReuse:
+    mode: KvReuseMode = "all"
+    #: Most tokens one llama_decode takes (the batch size).
+    batch_tokens: int = 512
+    chunk: int = EXACT_CHUNK
+
+    @property
+    def exact(self) -> bool:
+        return self.mode == "exact"
+
+    def usable(self, shared: int, prompt_length: int) -> int:
+        """How many leading prompt tokens to reuse of `shared` held ones: never the last (its logits choose the
+        first output token), and in exact mode only whole chunks."""
+        reused = max(0, min(shared, prompt_length - 1))
+        return reused - reused % self.chunk if self.exact else reused
+
+    def kept(self, cells: int, prompt_length: int) -> int:
+        """How many of a finished sequence's cells (prompt, then output) stay for later prompts."""
+        return min(cells, prompt_length) if self.exact else cells
+
+    def chunk_length(self, position: int, pending: int, room: int) -> int:
+        """How many of `pending` prompt tokens starting at `position` to read in a batch with `room` places
+        left: in exact mode up to the next chunk boundary (the batch holds nothing else)."""
+        if self.exact:
+            return min(pending, self.chunk - position % self.chunk)
+        return min(pending, room)
