@@ -6,13 +6,16 @@ and on Postgres, each divided by a bare FastAPI endpoint (bench/bare_app.py) mea
 The server is `llama-responses serve` in embedded mode on the database named (Postgres: a fresh database on
 RESPONSES_TEST_POSTGRES_URL's server, migrated); it stores STORED_RESPONSES responses through the API first, so
 that the list reads a full page. The bare endpoint is measured just before and just after each database's pair
-of figures, and the ratios divide by the mean of the two: the machine's load drifts within a run.
+of figures, and the ratios divide by the mean of the two: the machine's load drifts within a run. Each figure
+also gives the serving process's CPU time per request (from /proc), and bare's over ours: on a loaded machine
+that ratio is the steadier one (the database server's own CPU is not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -61,32 +64,57 @@ def store_responses(base_url: str, count: int) -> list[str]:
         return list(pool.map(create, range(count)))
 
 
-def _ratio(figure: dict[str, Any] | None, bare_per_s: float) -> dict[str, Any] | None:
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_wrk(url: str, pid: int, seconds: int, connections: int) -> dict[str, Any] | None:
+    """wrk's figures plus the serving process's CPU time per request, in ms: on a loaded machine requests/s
+    measure the share of the CPU the process got as much as its cost; CPU per request measures the cost alone
+    (the database server's share excluded)."""
+    before = cpu_s(pid)
+    figure = wrk(url, seconds, connections)
+    if figure is None or not figure["requests_per_s"]:
+        return figure
+    used = cpu_s(pid) - before
+    return {**figure, "cpu_ms_per_request": 1000 * used / (figure["requests_per_s"] * seconds)}
+
+
+def _ratio(figure: dict[str, Any] | None, bare: dict[str, float]) -> dict[str, Any] | None:
     if figure is None:
         return None
-    return {**figure, "over_bare": figure["requests_per_s"] / bare_per_s}
+    return {
+        **figure,
+        "over_bare": figure["requests_per_s"] / bare["requests_per_s"],
+        "bare_cpu_over_cpu": bare["cpu_ms_per_request"] / figure["cpu_ms_per_request"],
+    }
 
 
 def measure(kind: str, directory: Path, bare: BareApp, seconds: int, connections: int) -> dict[str, Any]:
     """GET one and GET the list on a server over a database of `kind`, between two figures of the bare app."""
     with database_url(kind, directory) as url:
         server = ServerProcess({"RESPONSES_DATABASE_URL": url}, directory / f"server-{kind}.log").start()
+        assert server.process is not None
         try:
             ids = store_responses(server.base_url, STORED_RESPONSES)
-            before = wrk(f"{bare.base_url}/bare", seconds, connections)
-            one = wrk(f"{server.base_url}/v1/responses/{ids[-1]}", seconds, connections)
-            page = wrk(f"{server.base_url}/v1/responses?limit={LIST_LIMIT}", seconds, connections)
-            after = wrk(f"{bare.base_url}/bare", seconds, connections)
+            before = timed_wrk(f"{bare.base_url}/bare", bare.process.pid, seconds, connections)
+            one = timed_wrk(f"{server.base_url}/v1/responses/{ids[-1]}", server.process.pid, seconds, connections)
+            page = timed_wrk(
+                f"{server.base_url}/v1/responses?limit={LIST_LIMIT}", server.process.pid, seconds, connections
+            )
+            after = timed_wrk(f"{bare.base_url}/bare", bare.process.pid, seconds, connections)
         finally:
             server.stop()
     if before is None or after is None:
         return {"skipped": "wrk is not installed (apt-get install wrk): no read figures"}
-    bare_per_s = (before["requests_per_s"] + after["requests_per_s"]) / 2
-    get_one = _ratio(one, bare_per_s)
+    bare_figure = {key: (before[key] + after[key]) / 2 for key in ("requests_per_s", "cpu_ms_per_request")}
+    get_one = _ratio(one, bare_figure)
     result: dict[str, Any] = {
-        "bare_fastapi": {"requests_per_s": bare_per_s, "before": before, "after": after},
+        "bare_fastapi": {**bare_figure, "before": before, "after": after},
         "get_response": get_one,
-        "list_responses": _ratio(page, bare_per_s),
+        "list_responses": _ratio(page, bare_figure),
     }
     if kind == "postgres" and get_one is not None:
         result["target_met"] = get_one["over_bare"] >= TARGET_RATIO and get_one["p99_ms"] < TARGET_P99_MS
@@ -132,9 +160,10 @@ def main() -> None:
         for route in ("get_response", "list_responses"):
             figure = figures[route]
             print(
-                f"{kind:8} {route:15} {figure['requests_per_s']:8.0f} req/s  p99 {figure['p99_ms']:6.1f} ms  "
-                f"{figure['over_bare']:.2f} of bare ({figures['bare_fastapi']['requests_per_s']:.0f} req/s)"
-                + (f"  {figure['errors']} non-2xx" if figure["errors"] else "")
+                f"{kind:8} {route:15} {figure['requests_per_s']:6.0f} req/s  p99 {figure['p99_ms']:6.1f} ms  "
+                f"{figure['over_bare']:.2f} of bare ({figures['bare_fastapi']['requests_per_s']:.0f} req/s); "
+                f"CPU {figure['cpu_ms_per_request']:.2f} ms/request, bare's / ours "
+                f"{figure['bare_cpu_over_cpu']:.2f}" + (f"  {figure['errors']} non-2xx" if figure["errors"] else "")
             )
     print(json.dumps(results, indent=2))
     if args.json:
