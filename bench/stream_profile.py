@@ -5,8 +5,10 @@ and on `store: false`; optionally a py-spy profile of each server while it strea
     .venv/bin/python -m bench.stream_profile [--tokens 256] [--runs 3] [--no-distributed] [--profile DIR]
 
 Ratios first: api_over_raw (tokens/s, higher is better, 1.0 = as fast as llama.cpp on its own) and
-ttft_minus_raw_ms. With --profile, `py-spy record --format raw` writes collapsed stacks per server under DIR and
-the top frames (by own samples, over every thread) are printed.
+ttft_minus_raw_ms, each the median over runs of one raw stream and one of ours taken right after it; and the
+CPU time per token of each server's event loop and of its other threads. With --profile,
+`py-spy record --format raw` writes collapsed stacks per server under DIR and their top frames are printed (by
+own samples, every thread; idle waits show as select / queue reads).
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import openai
 import redis
 
-from bench.peers import raw_stream
+from app.config import Settings
+from app.generation.prompt import ChatMessage
+from app.generation.tokenizer import ChatTokenizer
 from bench.workloads import PROMPT, StreamTiming, sdk_client
 from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
@@ -57,48 +62,76 @@ def stream(client: openai.OpenAI, model: str, tokens: int, *, store: bool) -> St
     return StreamTiming(ttft_s=first - started, deltas=deltas, tokens_per_s=rate)
 
 
-def median_stream(
-    client: openai.OpenAI, model: str, tokens: int, runs: int, *, store: bool, pids: dict[str, int]
-) -> tuple[StreamTiming, dict[str, float]]:
-    """The median of `runs` streams after a warm-up, and the CPU each process's threads spent per streamed token
-    (µs; CPU time, not wall time, so a busy machine disturbs it far less than it does tokens/s)."""
+class RawPeer:
+    """raw llama_cpp.Llama in this process (as bench.peers.raw_stream), kept loaded so that each measurement of
+    ours is paired with one of it taken just before: on a busy machine their ratio drifts far less than either."""
+
+    def __init__(self, threads: int) -> None:
+        path = Settings().resolved_model_path
+        self.prompt = ChatTokenizer(path, n_ctx=None).render([ChatMessage("user", PROMPT)])
+        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=0, n_threads=threads, verbose=False)
+        self.stream(16)  # warm-up: the prompt is then in its KV cache, as on the API side
+
+    def stream(self, tokens: int) -> StreamTiming:
+        started = time.perf_counter()
+        first = last = 0.0
+        produced = 0
+        for _ in self.llm.create_completion(self.prompt, max_tokens=tokens, temperature=0, stream=True):
+            last = time.perf_counter()
+            first = first or last
+            produced += 1
+        return StreamTiming(ttft_s=first - started, deltas=produced, tokens_per_s=(produced - 1) / (last - first))
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def paired_streams(
+    client: openai.OpenAI, model: str, raw: RawPeer, tokens: int, runs: int, *, store: bool, pids: dict[str, int]
+) -> dict[str, float]:
+    """`runs` pairs (raw, then ours) after a warm-up: the medians of ours / raw tokens/s and of ours - raw time to
+    first token, and the CPU each server process's threads spent per token streamed through it (µs; CPU time,
+    not wall time, so a busy machine disturbs it far less than it does tokens/s)."""
     stream(client, model, 16, store=store)  # warm-up: the prompt is then in the cache, as on the raw side
-    before = {label: thread_cpu_ns(pid) for label, pid in pids.items()}
-    timings = [stream(client, model, tokens, store=store) for _ in range(runs)]
-    produced = sum(t.deltas for t in timings)
-    cpu: dict[str, float] = {}
-    for label, pid in pids.items():
-        after = thread_cpu_ns(pid)
-        for thread, spent in after.items():
-            used = spent - before[label].get(thread, 0)
-            cpu[f"{label}_{thread}_cpu_us_per_token"] = round(used / produced / 1e3, 1)
-    timing = StreamTiming(
-        ttft_s=statistics.median(t.ttft_s for t in timings),
-        deltas=timings[0].deltas,
-        tokens_per_s=statistics.median(t.tokens_per_s for t in timings),
-    )
-    return timing, cpu
+    ratios, gaps, rates, ttfts = [], [], [], []
+    spent: dict[str, Counter[str]] = {label: Counter() for label in pids}
+    produced = 0
+    for _ in range(runs):
+        peer = raw.stream(tokens)
+        before = {label: thread_cpu_ns(pid) for label, pid in pids.items()}
+        ours = stream(client, model, tokens, store=store)
+        for label, pid in pids.items():
+            spent[label].update(
+                {thread: ns - before[label].get(thread, 0) for thread, ns in thread_cpu_ns(pid).items()}
+            )
+        produced += ours.deltas
+        ratios.append(ours.tokens_per_s / peer.tokens_per_s)
+        gaps.append((ours.ttft_s - peer.ttft_s) * 1000)
+        rates.append(ours.tokens_per_s)
+        ttfts.append(ours.ttft_s * 1000)
+    results = {
+        "api_over_raw": round(statistics.median(ratios), 3),
+        "ttft_minus_raw_ms": round(statistics.median(gaps), 1),
+        "tokens_per_s": round(statistics.median(rates), 1),
+        "ttft_ms": round(statistics.median(ttfts), 1),
+    }
+    for label, threads in spent.items():
+        for thread, ns in threads.items():
+            results[f"{label}_{thread}_cpu_us_per_token"] = round(ns / produced / 1e3, 1)
+    return results
 
 
 def thread_cpu_ns(pid: int) -> dict[str, int]:
-    """CPU time (ns, from /proc schedstat) of a process's threads by kind: its event loop (the main thread), its
-    llama.cpp engine thread, Python worker threads, and the rest."""
+    """CPU time (ns, from /proc schedstat) of a process's event loop (its main thread) and of its other threads
+    together (the engine thread and llama.cpp's, database and to_thread workers: Python names none of them for
+    the OS, so they cannot be told apart here; py-spy's --threads profile can)."""
     spent: Counter[str] = Counter()
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text().strip()
             nanoseconds = int((task / "schedstat").read_text().split()[0])
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread ended meanwhile
-        if task.name == str(pid):
-            thread = "loop"
-        elif name == "llama-engine":
-            thread = "engine"
-        elif name.startswith(("asyncio_", "Thread-")):
-            thread = "workers"  # aiosqlite's connection threads, to_thread's pool
-        else:
-            thread = "others"  # llama.cpp's compute threads, Redis/metrics helpers
-        spent[thread] += nanoseconds
+        spent["loop" if task.name == str(pid) else "others"] += nanoseconds
     return dict(spent)
 
 
@@ -141,7 +174,7 @@ def top_frames(collapsed: Path, count: int = 15) -> list[tuple[str, float]]:
 
 
 def measure(
-    base_url: str, pids: dict[str, int], tokens: int, runs: int, raw: StreamTiming, profile: Path | None
+    base_url: str, pids: dict[str, int], tokens: int, runs: int, raw: RawPeer, profile: Path | None
 ) -> dict[str, Any]:
     """Stored and store:false streams through `base_url`; with `profile`, each of `pids` (label -> pid) recorded."""
     client = sdk_client(base_url)
@@ -151,14 +184,7 @@ def measure(
         name = "stored" if store else "store_false"
         outputs = {label: profile / f"{label}-{name}.txt" for label in pids} if profile else {}
         with profiled([(pids[label], output) for label, output in outputs.items()]):
-            timing, cpu = median_stream(client, model, tokens, runs, store=store, pids=pids)
-        results[name] = {
-            "api_over_raw": round(timing.tokens_per_s / raw.tokens_per_s, 3),
-            "ttft_minus_raw_ms": round((timing.ttft_s - raw.ttft_s) * 1000, 1),
-            "tokens_per_s": round(timing.tokens_per_s, 1),
-            "ttft_ms": round(timing.ttft_s * 1000, 1),
-            **cpu,
-        }
+            results[name] = paired_streams(client, model, raw, tokens, runs, store=store, pids=pids)
         for label, output in outputs.items():
             if output.exists():
                 results[name][f"{label}_top_frames"] = top_frames(output)
@@ -166,7 +192,7 @@ def measure(
     return results
 
 
-def embedded(directory: Path, tokens: int, runs: int, raw: StreamTiming, profile: Path | None) -> dict[str, Any]:
+def embedded(directory: Path, tokens: int, runs: int, raw: RawPeer, profile: Path | None) -> dict[str, Any]:
     env = {"RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/bench.db", "RESPONSES_N_THREADS": str(THREADS)}
     server = ServerProcess(env, directory / "server.log").start()
     try:
@@ -176,7 +202,7 @@ def embedded(directory: Path, tokens: int, runs: int, raw: StreamTiming, profile
         server.stop()
 
 
-def distributed(directory: Path, tokens: int, runs: int, raw: StreamTiming, profile: Path | None) -> dict[str, Any]:
+def distributed(directory: Path, tokens: int, runs: int, raw: RawPeer, profile: Path | None) -> dict[str, Any]:
     """An API node and a worker on Postgres and Redis."""
     redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
     with ExitStack() as stack:
@@ -212,17 +238,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    raw = raw_stream(THREADS, args.tokens)
+    raw = RawPeer(THREADS)
     results: dict[str, Any] = {
         "machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
         "tokens": args.tokens,
-        "raw": {"tokens_per_s": round(raw.tokens_per_s, 1), "ttft_ms": round(raw.ttft_s * 1000, 1)},
     }
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         results["embedded"] = embedded(directory, args.tokens, args.runs, raw, args.profile)
         if not args.no_distributed:
             results["distributed"] = distributed(directory, args.tokens, args.runs, raw, args.profile)
+    raw.close()
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

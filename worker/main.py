@@ -40,7 +40,7 @@ from app.queue.arq_backend import (
 )
 from app.queue.base import GenerationJob
 from app.queue.model_pool import ModelPool
-from app.queue.redis_bus import CANCEL_CHANNEL, RedisBus, subscribe_confirmed
+from app.queue.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, RedisBus, subscribe_confirmed
 from app.services.execution import execute_job
 from app.services.recovery import Reconciler, RecoveryPolicy
 from app.services.retention import apply_retention
@@ -48,6 +48,8 @@ from app.services.retention import apply_retention
 logger = logging.getLogger("llama_responses.worker")
 
 WORKER_HEARTBEAT_S = 5
+#: How often a worker looks for jobs that no announcement told it of (one missed while Redis reconnected).
+WORKER_POLL_S = 0.05
 #: A worker whose registration is older than this is not counted alive (three missed heartbeats).
 WORKER_TTL_S = 15
 JOB_TIMEOUT_S = 3600
@@ -59,11 +61,20 @@ RESTART_BACKOFF_S = (0.5, 30.0)
 
 
 class SupervisedWorker(Worker):
-    """arq's worker, except that a failed poll (Redis gone) waits and tries again instead of ending the process."""
+    """arq's worker, except that a failed poll (Redis gone) waits and tries again instead of ending the process,
+    and that it polls as soon as a job is announced on its queue (JOB_READY_CHANNEL), else every WORKER_POLL_S."""
 
     _backoff_s = 0.0
+    _job_ready: asyncio.Event | None = None
 
     async def _poll_iteration(self) -> None:
+        # arq's own pause between polls is 0 (see _job_options): the wait is here, cut short by an announcement.
+        if self._job_ready is None:
+            self._job_ready = self.ctx.setdefault("job_ready", {}).setdefault(self.queue_name, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WORKER_POLL_S):
+                await self._job_ready.wait()
+        self._job_ready.clear()
         # NOTE: arq's own loop lets a Redis error end `main` and the process with it, and the generations it runs.
         try:
             await super()._poll_iteration()
@@ -105,18 +116,26 @@ def _job_options(max_jobs: int) -> dict[str, Any]:
         "max_jobs": max_jobs,
         "job_timeout": JOB_TIMEOUT_S,
         "keep_result": 60,
-        "poll_delay": 0.05,
+        "poll_delay": 0,  # SupervisedWorker waits in _poll_iteration instead
     }
 
 
-async def _listen_for_cancels(ctx: dict[str, Any]) -> None:
-    """Cancel signals, for a stop within a token. A signal missed while this reconnects is not lost: the cancel
-    is stored, and each generation's heartbeat reads it."""
+async def _listen_for_signals(ctx: dict[str, Any]) -> None:
+    """Cancel signals, for a stop within a token, and job announcements, for a start without waiting for the next
+    poll. A signal missed while this reconnects is not lost: the cancel is stored, and each generation's heartbeat
+    reads it; the job is found by the next poll."""
     pubsub = ctx["redis"].pubsub()
     try:
         await subscribe_confirmed(pubsub, CANCEL_CHANNEL)
+        await subscribe_confirmed(pubsub, JOB_READY_CHANNEL)
         async for message in pubsub.listen():
-            if message["type"] == "message":
+            if message["type"] != "message":
+                continue
+            if message["channel"].decode() == JOB_READY_CHANNEL:
+                ready = ctx.get("job_ready", {}).get(message["data"].decode())
+                if ready is not None:
+                    ready.set()
+            else:
                 ctx["runner"].cancel(message["data"].decode())
     finally:
         with contextlib.suppress(Exception):
@@ -189,7 +208,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     tasks: dict[str, Callable[[], Awaitable[None]]] = {
         name: partial(task, ctx)
         for name, task in (
-            ("cancel listener", _listen_for_cancels),
+            ("signal listener", _listen_for_signals),
             ("heartbeat", _beat),
             ("reconciler", _reconcile_forever),
         )

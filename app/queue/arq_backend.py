@@ -16,7 +16,7 @@ from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_pre
 
 from app.config import Settings
 from app.queue.base import GenerationJob, ModelAvailability
-from app.queue.redis_bus import CANCEL_CHANNEL, KEY_PREFIX, RedisBus
+from app.queue.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
 
 QUEUE_NAME = f"{KEY_PREFIX}:jobs"
 #: worker id -> the Unix time its registration expires unless its heartbeat renews it.
@@ -113,6 +113,12 @@ class ArqQueue:
         # A job id that is already queued makes this a no-op: one response is generated once.
         queue = await self._queue_for(job)
         await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=job.response_id, _queue_name=queue)
+        await self._announce(queue)
+
+    async def _announce(self, queue: str) -> None:
+        """Wake the queue's workers: without it a job waits for their next poll (up to WORKER_POLL_S, most of the
+        time to first token). Only a hint: a lost one costs that wait, never the job."""
+        await self.pool.publish(JOB_READY_CHANNEL, queue)
 
     async def _queue_for(self, job: GenerationJob) -> str:
         """The queue of the live worker that last ran a job of this model with this one's affinity key (its
@@ -142,6 +148,7 @@ class ArqQueue:
         await self.pool.enqueue_job(
             GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=model_queue(job.model)
         )
+        await self._announce(model_queue(job.model))
 
     async def job_is_waiting(self, response_id: str) -> bool:
         # arq's job record lives from enqueue to the end of the run, whichever queue holds it.
