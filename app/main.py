@@ -28,7 +28,7 @@ from app.api.routes import (
 )
 from app.config import Settings
 from app.db import migrations
-from app.db.session import create_engine, create_sessionmaker
+from app.db.session import create_engine, create_read_sessionmaker, create_sessionmaker
 from app.errors import register_error_handlers
 from app.generation.renderers import RendererCache
 from app.model_registry.loading import load_registry
@@ -98,6 +98,7 @@ def create_app(
             models=registry,
             engine=engine,
             sessionmaker=sessionmaker,
+            read_sessionmaker=create_read_sessionmaker(engine),
             renderers=renderers,
             queue=queue,
             sealer=await load_sealer(settings, sessionmaker),

@@ -25,6 +25,8 @@ class Runtime:
     models: ModelRegistry
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
+    #: Sessions for requests that only read: no transaction (app/db/session.py create_read_sessionmaker).
+    read_sessionmaker: async_sessionmaker[AsyncSession]
     #: Each model's prompt renderer (its own vocabulary and chat template), built on first use.
     renderers: RendererCache
     queue: GenerationQueue

@@ -10,11 +10,15 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
+from app.queue.redis_bus import ReceivedEvent
+
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def event_frame(event: dict[str, Any]) -> bytes:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+    # An event relayed from Redis as it came: its JSON is that text (published compact, as this encodes).
+    data = event.text if type(event) is ReceivedEvent else json.dumps(event, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
 
 
 async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -4,6 +4,7 @@ by workers."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from app.generation.engine import GenerationRequest, LlamaEngine
@@ -12,23 +13,49 @@ from app.observability.generation import report_sequences
 from app.queue.base import GenerationJob
 
 
-class LocalRun:
-    """A job's generation: the engine thread hands each output to the event loop as it decodes."""
+class Mailbox:
+    """Outputs from the engine thread to the event loop: what arrives before the loop gets to it (the tokens of
+    every sequence of one decode step) is handed over in one wake-up, not one thread hop each."""
 
-    def __init__(self, job: GenerationJob, engine: LlamaEngine, on_done: Callable[[], object]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._outputs: deque[tuple[LocalRun, GenerationOutput]] = deque()
+        self._wake_pending = False
+
+    def post(self, run: LocalRun, output: GenerationOutput) -> None:
+        """On the engine thread. deque.append is atomic; a wake-up already pending will find this output."""
+        self._outputs.append((run, output))
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        # Cleared before draining: an output posted after the last pop schedules a wake-up of its own.
+        self._wake_pending = False
+        outputs = self._outputs
+        while outputs:
+            run, output = outputs.popleft()
+            run.deliver(output)
+
+
+class LocalRun:
+    """A job's generation: the engine thread hands each output to the event loop (through `mailbox`)."""
+
+    def __init__(
+        self, job: GenerationJob, engine: LlamaEngine, on_done: Callable[[], object], mailbox: Mailbox
+    ) -> None:
         self.job = job
         self._on_done = on_done
-        loop = asyncio.get_running_loop()
         self._outputs: asyncio.Queue[GenerationOutput] = asyncio.Queue()
         self._request = GenerationRequest(
             job.prompt_tokens,
             job.sampling,
-            emit=lambda output: loop.call_soon_threadsafe(self._deliver, output),
+            emit=lambda output: mailbox.post(self, output),
             cache_scope=job.tenant,
         )
         engine.submit(self._request)
 
-    def _deliver(self, output: GenerationOutput) -> None:
+    def deliver(self, output: GenerationOutput) -> None:
         self._outputs.put_nowait(output)
         if isinstance(output, Finish | GenerationFailed):
             self._on_done()
@@ -38,7 +65,8 @@ class LocalRun:
 
     async def outputs(self) -> AsyncIterator[GenerationOutput]:
         while True:
-            output = await self._outputs.get()
+            # What is already there is taken without a wait (a Queue.get that waits costs a future and a wake-up).
+            output = self._outputs.get_nowait() if not self._outputs.empty() else await self._outputs.get()
             yield output
             if isinstance(output, Finish | GenerationFailed):
                 return
@@ -50,6 +78,8 @@ class LocalRunner:
     def __init__(self, engine: LlamaEngine) -> None:
         self.engine = engine
         self._runs: dict[str, LocalRun] = {}
+        #: One for the event loop that starts runs (created with the first): the engine's way back to it.
+        self._mailbox: Mailbox | None = None
         #: The models whose gauges this runner set (one, in practice), zeroed when it closes.
         self._reported: set[str] = set()
 
@@ -60,7 +90,10 @@ class LocalRunner:
             self._runs.pop(job.response_id, None)
             self._report(model)
 
-        run = LocalRun(job, self.engine, on_done=done)
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = Mailbox(loop)
+        run = LocalRun(job, self.engine, on_done=done, mailbox=self._mailbox)
         self._runs[job.response_id] = run
         self._report(model)
         return run

@@ -11,6 +11,8 @@ from redis.asyncio.client import PubSub
 
 KEY_PREFIX = "llama-responses"
 CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
+#: The name of a queue that a job was just put on: its workers poll it at once instead of at their next poll.
+JOB_READY_CHANNEL = f"{KEY_PREFIX}:job-ready"
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 
 
@@ -29,6 +31,21 @@ async def subscribe_confirmed(pubsub: PubSub, channel: str) -> None:
     raise ConnectionError(f"Redis did not confirm the subscription to {channel}")
 
 
+class ReceivedEvent(dict[str, Any]):
+    """An event as it came from Redis, with its JSON text: an SSE frame reuses that instead of encoding it again.
+    Read-only by convention: whoever changes an event makes a new dict (the relay renumbers that way)."""
+
+    __slots__ = ("text",)
+
+    text: str
+
+    @classmethod
+    def parse(cls, data: bytes | str) -> ReceivedEvent:
+        event = cls(json.loads(data))
+        event.text = data.decode() if isinstance(data, bytes) else data
+        return event
+
+
 class RedisSubscription:
     def __init__(self, pubsub: PubSub) -> None:
         self._pubsub = pubsub
@@ -38,8 +55,7 @@ class RedisSubscription:
         while (left := deadline - time.monotonic()) > 0:
             message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
             if message is not None and message["type"] == "message":
-                event: dict[str, Any] = json.loads(message["data"])
-                return event
+                return ReceivedEvent.parse(message["data"])
         return None
 
     async def close(self) -> None:

@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.repositories import response_list as repository
 from app.db.repositories.responses import get_response
 from app.errors import InvalidRequest
+from app.runtime import Runtime
 from app.schemas.paging import PageRequest
 from app.schemas.response_list import ResponseFilters, ResponseList
 from app.services.snapshots import response_from_row
@@ -30,3 +31,10 @@ async def list_responses(
         last_id=data[-1].id if data else None,
         has_more=has_more,
     )
+
+
+async def read_responses(runtime: Runtime, tenant: str, filters: ResponseFilters, page: PageRequest) -> ResponseList:
+    """GET /v1/responses: list_responses in a read session of its own (no transaction; see
+    create_read_sessionmaker)."""
+    async with runtime.read_sessionmaker() as session:
+        return await list_responses(session, tenant, filters, page)

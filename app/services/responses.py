@@ -28,6 +28,12 @@ async def get_response(
     return response
 
 
+async def read_response(runtime: Runtime, response_id: str, tenant: str, includes: frozenset[str]) -> ResponseObject:
+    """GET a response: get_response in a read session of its own (no transaction; see create_read_sessionmaker)."""
+    async with runtime.read_sessionmaker() as session:
+        return await get_response(session, response_id, tenant, includes=includes)
+
+
 async def stream_stored_response(
     runtime: Runtime, response_id: str, tenant: str, starting_after: int | None
 ) -> AsyncIterator[dict[str, Any]]:

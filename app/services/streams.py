@@ -56,7 +56,9 @@ class OpenItems:
         self.complete = complete
         self._items: dict[str, dict[str, Any]] = {}  # item id -> the output_item.added event
         self._parts: dict[str, dict[str, Any]] = {}  # item id -> its content_part.added event
-        self._text: dict[str, str] = {}
+        #: Each open item's deltas, joined only when it is closed here (a string grown by every delta would be
+        #: copied whole each time: quadratic in a long answer, on every token).
+        self._text: dict[str, list[str]] = {}
         self._done: dict[str, tuple[int, dict[str, Any]]] = {}  # item id -> (output index, item as done)
 
     def see(self, event: dict[str, Any]) -> None:
@@ -70,7 +72,10 @@ class OpenItems:
         elif kind == "response.content_part.added":
             self._parts[event["item_id"]] = event
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
-            self._text[event["item_id"]] = self._text.get(event["item_id"], "") + event["delta"]
+            self._text.setdefault(event["item_id"], []).append(event["delta"])
+
+    def _seen(self, item_id: str) -> str:
+        return "".join(self._text.get(item_id, ()))
 
     def _closed(self, final_output: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
         """(output index, item as it ends) of each open item: as `final_output` has it (the response's own
@@ -81,7 +86,7 @@ class OpenItems:
             if item_id in final:
                 item = final[item_id]
             else:
-                text = self._text.get(item_id, "")
+                text = self._seen(item_id)
                 part = (
                     ReasoningText(text=text).model_dump()
                     if added["item"]["type"] == "reasoning"
@@ -101,7 +106,7 @@ class OpenItems:
         for index, item in self._closed(final_output):
             item_id = item["id"]
             text = item["content"][0].get("text", "") if item.get("content") else ""
-            seen = self._text.get(item_id, "")
+            seen = self._seen(item_id)
             rest = text[len(seen) :] if text.startswith(seen) else ""
             if item["type"] == "reasoning" and rest:  # the final text said more than the deltas it saw
                 events.append(

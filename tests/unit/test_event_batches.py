@@ -179,3 +179,18 @@ async def test_a_batch_is_stored_and_sent_while_the_model_says_nothing_more(
     runs[0].resume.set()
     final = assert_well_formed_stream(parse_sse((await live).text))
     assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "a b"
+
+
+@pytest.mark.parametrize("store", [True, False])
+async def test_a_foreground_stream_writes_nothing_per_token(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, store: bool
+) -> None:
+    tokens = 200
+    runner.delay_s, runner.reply = 0.001, [f"w{index}" for index in range(tokens)]
+    with counted_commits(app_runtime) as commits:
+        streamed = parse_sse(
+            (await client.post("/v1/responses", json={"input": "hi", "stream": True, "store": store})).text
+        )
+    assert assert_well_formed_stream(streamed)["status"] == "completed"
+    # The request's own writes, the claim, the final state, a lease renewal every lease / 3 (6 and 2 measured).
+    assert len(commits) <= tokens / 20, f"{len(commits)} writes for {tokens} tokens"

@@ -232,6 +232,11 @@ async def test_one_trace_from_the_request_to_prefill_and_decode(
 ) -> None:
     created = (await traced_client.post("/v1/responses", json={"input": "hi"})).json()
     assert created["status"] == "completed"
+    # The job's span ends when its task does, just after it publishes the terminal event that ended the request.
+    for _ in range(100):
+        if any(span.name == "generate" for span in spans.get_finished_spans()):
+            break
+        await asyncio.sleep(0.01)
     finished = spans.get_finished_spans()
     by_name = {span.name: span for span in finished}
     request = next(span for span in finished if span.name == "POST /v1/responses")

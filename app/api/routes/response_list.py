@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.api.deps import SessionDep, TenantDep
+from app.api.deps import RuntimeDep, TenantDep
 from app.api.openapi import errors
 from app.api.paging import PageDep
 from app.schemas.response_list import ResponseFilters, ResponseList
 from app.schemas.responses import ResponseStatus
-from app.services.response_list import list_responses
+from app.services.response_list import read_responses
 
 router = APIRouter()
 
@@ -49,7 +49,7 @@ def _metadata_filters(request: Request) -> dict[str, str]:
 )
 async def get_responses(
     request: Request,
-    session: SessionDep,
+    runtime: RuntimeDep,
     tenant: TenantDep,
     page: PageDep,
     status: ResponseStatus | None = None,
@@ -66,4 +66,4 @@ async def get_responses(
         created_after=created_after,
         created_before=created_before,
     )
-    return await list_responses(session, tenant, filters, page)
+    return await read_responses(runtime, tenant, filters, page)

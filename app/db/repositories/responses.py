@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, delete, exists, literal, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, exists, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -14,6 +14,11 @@ from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
 from app.db.repositories.paging import page_by_position
 
 MAX_CHAIN_DEPTH = 10_000
+#: One tenant's response by id, built once: building the expression took longer than running it (SQLAlchemy
+#: caches the compiled form, not the expression).
+_RESPONSE_OF_TENANT = select(ResponseRow).where(
+    ResponseRow.id == bindparam("response_id"), ResponseRow.tenant == bindparam("tenant")
+)
 
 
 async def insert_response(session: AsyncSession, row: ResponseRow, items: Iterable[dict[str, Any]]) -> None:
@@ -27,8 +32,8 @@ async def insert_response(session: AsyncSession, row: ResponseRow, items: Iterab
 
 
 async def get_response(session: AsyncSession, response_id: str, tenant: str) -> ResponseRow | None:
-    query = select(ResponseRow).where(ResponseRow.id == response_id, ResponseRow.tenant == tenant)
-    return (await session.execute(query)).scalar_one_or_none()
+    result = await session.execute(_RESPONSE_OF_TENANT, {"response_id": response_id, "tenant": tenant})
+    return result.scalar_one_or_none()
 
 
 async def get_chain(session: AsyncSession, response_id: str, tenant: str) -> list[ResponseRow]:
