@@ -237,7 +237,10 @@ def plugged(results: dict[str, Any], report: Report, part: str) -> None:
 
 def figures_from(results: dict[str, Any]) -> Report:
     """Every figure present in `results`, in the issue's order; absent ones are simply not rows."""
-    report = Report(left_out=list(results.get("left_out", [])))
+    profiles = {
+        label: [(frame, share) for frame, share in frames] for label, frames in results.get("profiles", {}).items()
+    }
+    report = Report(left_out=list(results.get("left_out", [])), profiles=profiles)
     if "stream" in results:
         streaming(results, report)
     if "concurrency" in results:
