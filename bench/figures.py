@@ -86,9 +86,10 @@ def scaling(results: dict[str, Any], report: Report) -> None:
 def conversations(results: dict[str, Any], report: Report) -> None:
     keys = ("chained", "stateless", "llama_server_stateless")
     turns = [_get(results, "conversations", key, "turn8_over_turn1") for key in keys]
-    report.add(
-        _row("8 conversations, turn 8 ÷ turn 1 (chained | resent)", "x", turns, Target("<=", 1.3), note=NOTES["turns"])
-    )
+    sizes = results.get("sizes", {})
+    count, last = sizes.get("conversations", 8), sizes.get("turns", 8)
+    name = f"{count} conversations, turn {last} ÷ turn 1 (chained | resent)"
+    report.add(_row(name, "x", turns, Target("<=", 1.3), note=NOTES["turns"]))
     read = [_mean_after_first(_get(results, "conversations", key, "prefilled_tokens_per_turn")) for key in keys]
     report.add(_row("prompt tokens read per turn after the first", "tok", read, AT_MOST_PEER, note=NOTES["prefill"]))
 
