@@ -2,7 +2,7 @@
 ours with `store: false`, and llama.cpp's own llama-server, on the shipped model with the same threads.
 
     .venv/bin/python -m bench.run [--only stream,concurrency,...] [--tokens 128] [--json results.json]
-                                  [--llama-server PATH] [--no-distributed]
+                                  [--llama-server PATH] [--no-distributed] [--profile DIR] [--quick]
     .venv/bin/python -m bench.run --table results.json      # the table again, from a saved run
 
 Prints the table first (ratios, targets, met?), a note on what limits each figure that misses, what was left out
