@@ -21,7 +21,7 @@ NOTES = {
     "scaling": "decoding is compute-bound on 2 cores: a step of 8 sequences costs ~6x a step of one",
     "turns": "each turn re-reads the previous answer when generated tokens' KV cells are not kept",
     "prefill": "the previous answer is read again each turn (exact mode keeps only prompt cells)",
-    "reads": "per-request transactions and thread hops (aiosqlite); see bench/reads.py's profile",
+    "reads": "per-request work in one uvicorn process (a transaction, serialization); bench/reads.py and py-spy",
     "ttft": "database work before the first token and event-loop hops (bench/stream_profile.py)",
     "kv": "each sequence reserves a full context window of KV cells (kv_unified off); llama-server shares one pool",
     "events": "a batch is flushed every EVENT_FLUSH_MS or EVENT_FLUSH_EVENTS events: slow streams write more often",
