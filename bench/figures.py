@@ -21,7 +21,7 @@ NOTES = {
     "scaling": "decoding is compute-bound on 2 cores: a step of 8 sequences costs ~6x a step of one",
     "turns": "each turn re-reads the previous answer when generated tokens' KV cells are not kept",
     "prefill": "the previous answer is read again each turn (exact mode keeps only prompt cells)",
-    "reads": "per-request transactions and thread hops (aiosqlite); see bench/reads.py's profile",
+    "reads": "per-request work in one uvicorn process (a transaction, serialization); bench/reads.py and py-spy",
     "ttft": "database work before the first token and event-loop hops (bench/stream_profile.py)",
     "kv": "each sequence reserves a full context window of KV cells (kv_unified off); llama-server shares one pool",
     "events": "a batch is flushed every EVENT_FLUSH_MS or EVENT_FLUSH_EVENTS events: slow streams write more often",
@@ -86,9 +86,10 @@ def scaling(results: dict[str, Any], report: Report) -> None:
 def conversations(results: dict[str, Any], report: Report) -> None:
     keys = ("chained", "stateless", "llama_server_stateless")
     turns = [_get(results, "conversations", key, "turn8_over_turn1") for key in keys]
-    report.add(
-        _row("8 conversations, turn 8 ÷ turn 1 (chained | resent)", "x", turns, Target("<=", 1.3), note=NOTES["turns"])
-    )
+    sizes = results.get("sizes", {})
+    count, last = sizes.get("conversations", 8), sizes.get("turns", 8)
+    name = f"{count} conversations, turn {last} ÷ turn 1 (chained | resent)"
+    report.add(_row(name, "x", turns, Target("<=", 1.3), note=NOTES["turns"]))
     read = [_mean_after_first(_get(results, "conversations", key, "prefilled_tokens_per_turn")) for key in keys]
     report.add(_row("prompt tokens read per turn after the first", "tok", read, AT_MOST_PEER, note=NOTES["prefill"]))
 
@@ -237,7 +238,10 @@ def plugged(results: dict[str, Any], report: Report, part: str) -> None:
 
 def figures_from(results: dict[str, Any]) -> Report:
     """Every figure present in `results`, in the issue's order; absent ones are simply not rows."""
-    report = Report(left_out=list(results.get("left_out", [])))
+    profiles = {
+        label: [(frame, share) for frame, share in frames] for label, frames in results.get("profiles", {}).items()
+    }
+    report = Report(left_out=list(results.get("left_out", [])), profiles=profiles)
     if "stream" in results:
         streaming(results, report)
     if "concurrency" in results:

@@ -78,6 +78,8 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     #: Lines saying which figures were left out and how to get them (no binary, no service, no module yet).
     left_out: list[str] = field(default_factory=list)
+    #: With --profile: where each process spent its samples while streaming (frame, share), top first.
+    profiles: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def add(self, figure: Figure) -> None:
         self.figures.append(figure)
@@ -131,6 +133,11 @@ def format_table(report: Report) -> str:
         lines.append("")
         lines.append("Targets missed, and what limits them:")
         lines += [f"- {figure.name}: {figure.note or 'no note yet'}" for figure in misses]
+    if report.profiles:
+        lines.append("")
+        lines.append("Where the time goes while streaming (py-spy, own samples):")
+        for label, frames in report.profiles.items():
+            lines.append(f"- {label}: " + "; ".join(f"{frame} {share:.0%}" for frame, share in frames))
     if report.left_out:
         lines.append("")
         lines.append("Left out of this run:")

@@ -2,7 +2,7 @@
 ours with `store: false`, and llama.cpp's own llama-server, on the shipped model with the same threads.
 
     .venv/bin/python -m bench.run [--only stream,concurrency,...] [--tokens 128] [--json results.json]
-                                  [--llama-server PATH] [--no-distributed]
+                                  [--llama-server PATH] [--no-distributed] [--profile DIR] [--quick]
     .venv/bin/python -m bench.run --table results.json      # the table again, from a saved run
 
 Prints the table first (ratios, targets, met?), a note on what limits each figure that misses, what was left out
@@ -48,7 +48,7 @@ import redis
 
 from app.config import Settings
 from app.services import event_batches
-from bench import event_writes
+from bench import event_writes, stream_profile
 from bench.costs import request_costs
 from bench.figures import figures_from
 from bench.peers import BareApp, LlamaServer, kv_bytes_per_token, raw_stream, wrk
@@ -84,8 +84,8 @@ MB = 2**20
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much each workload does. --quick shrinks all of them to check the harness on a busy machine in a few
-    minutes: its figures mean nothing."""
+    """How much each workload does. --quick shrinks all of them (to 16 output tokens at least: the API rejects
+    fewer) to check the harness on a busy machine in a few minutes: its figures mean nothing."""
 
     tokens: int = 128
     stream_counts: tuple[int, ...] = (1, 2, 4, 8)
@@ -100,7 +100,7 @@ class Sizes:
 QUICK = Sizes(
     tokens=16,
     stream_counts=(1, 8),
-    concurrent_tokens=8,
+    concurrent_tokens=16,
     conversations=2,
     turns=3,
     stall_sentences=30,
@@ -146,6 +146,23 @@ def timing(client: openai.OpenAI, model: str, tokens: int, store: bool | None) -
     return {"tokens_per_s": measured.tokens_per_s, "ttft_ms": measured.ttft_s * 1000}
 
 
+def profiled_timing(
+    results: dict[str, Any], label: str, pids: dict[str, int], client: openai.OpenAI, model: str, tokens: int
+) -> dict[str, dict[str, float]]:
+    """`timing` on each path; with --profile, py-spy records each of `pids` (name -> pid) meanwhile
+    (bench/stream_profile.py) and the top frames by own samples go to results["profiles"]."""
+    folder = Path(results["profile_dir"]) if "profile_dir" in results else None
+    timings = {}
+    for path, store in PATHS.items():
+        outputs = {name: folder / f"{label}-{name}-{path}.txt" for name in pids} if folder else {}
+        with stream_profile.profiled([(pids[name], output) for name, output in outputs.items()]):
+            timings[path] = timing(client, model, tokens, store)
+        for name, output in outputs.items():
+            if output.exists():
+                results.setdefault("profiles", {})[f"{label} {name}, {path}"] = stream_profile.top_frames(output, 5)
+    return timings
+
+
 def wrk_reads(base_url: str, bare_url: str) -> dict[str, Any] | None:
     """GET one stored response and a page of the list, over the bare endpoint (bench/reads.py's shape)."""
     bare = wrk(f"{bare_url}/bare")
@@ -185,7 +202,10 @@ def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, si
     with embedded_server(directory) as server, sdk_client(server.base_url) as client:
         model = model_of(client)
         if "stream" in parts:
-            results["stream"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
+            assert server.process is not None
+            results["stream"] = profiled_timing(
+                results, "embedded", {"server": server.process.pid}, client, model, sizes.tokens
+            )
         if "concurrency" in parts:
             results["concurrency"] = {path: scaling(client, model, store, sizes) for path, store in PATHS.items()}
         if "conversations" in parts:
@@ -234,9 +254,10 @@ def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path,
         wait_until_ready(api.base_url)
         client = stack.enter_context(sdk_client(api.base_url))
         model = model_of(client)
-        if "ttft" in parts:
-            results["distributed"] = {path: timing(client, model, sizes.tokens, store) for path, store in PATHS.items()}
         assert worker.process is not None and api.process is not None
+        if "ttft" in parts:
+            spied = {"api_node": api.process.pid, "worker": worker.process.pid}
+            results["distributed"] = profiled_timing(results, "distributed", spied, client, model, sizes.tokens)
         if "costs" in parts:
             pids = {"api_pid": api.process.pid, "worker_pid": worker.process.pid}
             results["costs"] = {
@@ -279,7 +300,9 @@ def bench_reads(results: dict[str, Any], directory: Path) -> bool:
     except ModuleNotFoundError:
         results["left_out"].append("reads on Postgres: bench/reads.py is not on this branch yet (SQLite only)")
         return False
-    results["reads"] = module.bench_reads(directory / "reads")
+    folder = directory / "reads"
+    folder.mkdir()
+    results["reads"] = module.bench_reads(folder)
     return True
 
 
@@ -346,6 +369,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "parts": sorted(parts),
         "left_out": [],
     }
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        results["profile_dir"] = str(args.profile)
     peer = args.llama_server if args.llama_server.is_file() else None
     if peer is None and parts & PEER_PARTS:
         results["left_out"].append(
@@ -388,6 +414,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--no-distributed", action="store_true")
     parser.add_argument("--quick", action="store_true", help="tiny workloads: checks the harness, not the speed")
+    parser.add_argument("--profile", type=Path, help="py-spy our processes while they stream; stacks go here")
     parser.add_argument("--table", type=Path, help="print the table of a saved --json run; measure nothing")
     args = parser.parse_args()
     results = json.loads(args.table.read_text()) if args.table else run(args)

@@ -30,7 +30,9 @@ def test_without_llama_server_a_relative_target_cannot_be_told_and_no_ratio_is_s
 
 
 def test_the_table_puts_ratios_and_verdicts_in_columns_and_notes_under_it() -> None:
-    report = Report(left_out=["llama-server's figures: no binary"])
+    report = Report(
+        left_out=["llama-server's figures: no binary"], profiles={"embedded server, stored": [("llama_decode", 0.69)]}
+    )
     report.add(Figure("fast", "tok/s", 130.0, 128.0, 120.0, Target(">="), note="not printed: met"))
     report.add(Figure("slow", "x", 1.5, None, 1.4, Target("<=", 1.3), note="re-reads the answer"))
     lines = format_table(report).splitlines()
@@ -51,6 +53,7 @@ def test_the_table_puts_ratios_and_verdicts_in_columns_and_notes_under_it() -> N
     assert "- slow: re-reads the answer" in text
     assert "not printed" not in text
     assert "- llama-server's figures: no binary" in text
+    assert "- embedded server, stored: llama_decode 69%" in text
 
 
 def test_rows_from_a_runs_json() -> None:
