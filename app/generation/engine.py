@@ -53,6 +53,11 @@ BATCH_TOKENS = 512
 #: runs: the copy holds up every running stream (a 7.6k-token SmolLM2 prompt is ~170 MB, a pause of ~200 ms
 #: measured by bench/prefix_save.py). Smaller states (~1.4k SmolLM2 tokens) copy in a few ms and are saved at once.
 SAVE_WHILE_RUNNING_BYTES = 32 * 2**20
+#: Most prompt tokens a step reads while other sequences generate: a step's time grows with its prompt tokens
+#: (and with their context: attention), and every running stream waits for it. A 7k-token prompt read in
+#: 512-token chunks beside a stream gave it gaps of seconds on the loaded 2-core machine (bench/prefix_save.py);
+#: 128-token chunks cut that by ~4x, and prefill alone still takes 512 at once.
+PROMPT_TOKENS_BESIDE_STREAMS = 128
 _PIECE_BUFFER = 256
 
 
@@ -116,6 +121,7 @@ class LlamaEngine:
         slots: int = 1,
         prefix_cache: PrefixCache | None = None,
         kv_reuse: KvReuseMode = "all",
+        kv_unified: bool = False,
     ) -> None:
         # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -127,10 +133,12 @@ class LlamaEngine:
             raise EngineError(f"llama.cpp could not load {model_path}")
         self.n_ctx: int = n_ctx or llama_cpp.llama_model_n_ctx_train(self._model)
         params = llama_cpp.llama_context_default_params()
-        # Every sequence gets a window of its own of n_ctx tokens.
+        # n_ctx cells per sequence: split, each sequence a window of its own; unified, one pool they share (as
+        # llama-server), so llama.cpp decodes all their tokens in one ubatch. Exact reuse needs split windows: in
+        # a pool a sequence's cells sit wherever other sequences left room, and attention sums in cell order.
         params.n_ctx = self.n_ctx * slots
         params.n_seq_max = slots
-        params.kv_unified = False
+        params.kv_unified = kv_unified and kv_reuse != "exact"
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         if n_threads:
             params.n_threads = params.n_threads_batch = n_threads
@@ -174,6 +182,13 @@ class LlamaEngine:
     @property
     def slots(self) -> int:
         return len(self._slots)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes one token's cells take (f16 keys and values in every layer)."""
+        head_dim = llama_cpp.llama_model_n_embd(self._model) // llama_cpp.llama_model_n_head(self._model)
+        kv_width = head_dim * llama_cpp.llama_model_n_head_kv(self._model)
+        return int(llama_cpp.llama_model_n_layer(self._model) * 2 * kv_width * 2)
 
     @property
     def cached_bytes(self) -> int:
@@ -370,8 +385,9 @@ class LlamaEngine:
         sampled: list[tuple[_Slot, int]] = []
         for slot in generating:
             used = self._put(slot, 1, used, sampled)
+        limit = used + PROMPT_TOKENS_BESIDE_STREAMS if used else BATCH_TOKENS
         for slot in reading:
-            room = BATCH_TOKENS - used
+            room = min(limit, BATCH_TOKENS) - used
             if room <= 0:
                 break
             used = self._put(slot, self._reuse.chunk_length(len(slot.tokens), len(slot.pending), room), used, sampled)
