@@ -20,7 +20,7 @@ and why, then the JSON. Parts (--only):
                  Postgres write transactions and rows (bench/costs.py; the capacity note's inputs)
   events         a background stream's database writes per token, and the event rate one Postgres takes
                  (bench/event_writes.py)
-  engine         figures measured by the engine's modules (PLUGINS below), when they are on this branch
+  engine         the pause a 7.6k-token prompt's finish (its prefix saved) puts on a running stream (bench/prefix_save.py)
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
@@ -115,7 +115,7 @@ EVENT_BATCH = 32
 #: the run's scratch directory and returns a dict with a "figures" list in the table's shape (bench/figures.py);
 #: a module not on this branch yet is reported as left out.
 PLUGINS: dict[str, list[tuple[str, str, str]]] = {
-    "engine": [("bench.kv_layout", "measure", "engine"), ("bench.prefix_save", "measure", "engine")],
+    "engine": [("bench.prefix_save", "measure", "engine")],
 }
 
 
