@@ -206,13 +206,9 @@ class JobExecution:
 
     async def _heartbeat(self, generation: GenerationRun) -> None:
         """Renews the lease until cancelled; a failed renewal is retried next beat, never the end of it. A lost
-        lease or a stored cancel request stops the generation. The first beat comes at once: a cancel stored
-        between the claim and the start (its signal found no generation to stop) is seen beside the first tokens,
-        not before them (a transaction on the way to the first token)."""
-        wait_s = 0.0
+        lease or a stored cancel request stops the generation."""
         while True:
-            await asyncio.sleep(wait_s)
-            wait_s = self.lease_s / 3
+            await asyncio.sleep(self.lease_s / 3)
             # A background job whose events are not kept stores its progress here, for a takeover.
             progress = self._progress_step() if self.background and not self.job.keep_events else None
             try:
@@ -247,6 +243,18 @@ class JobExecution:
                 if row is not None:
                     return f"{row.status}, lease {row.lease_owner} until {row.lease_expires_at}, try {row.attempts}"
         return "unknown"
+
+    async def _cancel_stored(self) -> bool:
+        """A cancel stored between the claim and now (its signal may have found no generation to stop)."""
+        if not self.job.store:
+            return False
+        with contextlib.suppress(Exception):
+            async with self.sessionmaker() as session, session.begin():
+                _, cancel = await jobs.renew(
+                    session, self.job.response_id, owner=self.owner, now=utc_now(), lease_until=None
+                )
+                return cancel
+        return False
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
         # The assembler before it closes anything: if the final write fails, the response fails from here.
@@ -368,7 +376,7 @@ class JobExecution:
         self.observer.generation_started(resumed=self.resumed)
         heartbeat = asyncio.create_task(self._heartbeat(generation)) if self.job.store else None
         try:
-            if self.cancel_requested:
+            if self.cancel_requested or await self._cancel_stored():
                 generation.cancel()
             await self._relay(generation)
         except LeaseLost:
