@@ -19,11 +19,16 @@ NOTES = {
     "stream": "a 2-core machine: the SDK client, the server's event loop and llama.cpp's 2 threads share 2 cores, "
     "and llama.cpp's barrier waits whenever a thread is preempted (py-spy: bench/stream_profile.py)",
     "scaling": "decoding is compute-bound on 2 cores: a step of 8 sequences costs ~6x a step of one",
-    "turns": "each turn re-reads the previous answer when generated tokens' KV cells are not kept",
-    "prefill": "the previous answer is read again each turn (exact mode keeps only prompt cells)",
-    "reads": "per-request work in one uvicorn process (a transaction, serialization); bench/reads.py and py-spy",
-    "ttft": "database work before the first token and event-loop hops (bench/stream_profile.py)",
-    "kv": "each sequence reserves a full context window of KV cells (kv_unified off); llama-server shares one pool",
+    "turns": "every turn after the first reads only its new tokens (~25), but attends over a context ~8x longer by "
+    "turn 8, and attention grows with it; llama-server does the same work and is at ~1.37",
+    "prefill": "what a turn reads is the template's end of the previous answer, the new message and the next opening; "
+    "a token more or less comes from where an answer re-tokenizes differently from how it was generated",
+    "reads": "per-request Python in one uvicorn process: FastAPI's dependency and parameter handling ~28%, the ORM "
+    "~15%, routing ~10%, pydantic ~10% (py-spy); one Postgres round trip, no transaction (bench/reads.py)",
+    "ttft": "stored: three transactions (the row, the claim, a cancel check) before the first token; "
+    "store:false: event-loop hops and the SDK on the same 2 cores (bench/stream_profile.py)",
+    "kv": "each sequence may use the whole context (8,192 tokens) and reserves it (split KV: as fast or faster than "
+    "unified here, bench/kv_layout.py); llama-server splits one 8,192-cell pool among 4 slots (2,048 tokens each)",
     "events": "a batch is flushed every EVENT_FLUSH_MS or EVENT_FLUSH_EVENTS events: slow streams write more often",
     "stall": "a long prompt is read in chunks between decode steps; its prefix is saved at its end",
 }

@@ -20,7 +20,8 @@ and why, then the JSON. Parts (--only):
                  Postgres write transactions and rows (bench/costs.py; the capacity note's inputs)
   events         a background stream's database writes per token, and the event rate one Postgres takes
                  (bench/event_writes.py)
-  engine         the pause a 7.6k-token prompt's finish (its prefix saved) puts on a running stream (bench/prefix_save.py)
+  engine         the pause a 7.6k-token prompt's finish (its prefix saved) puts on a running stream
+                 (bench/prefix_save.py)
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
