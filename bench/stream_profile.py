@@ -36,7 +36,7 @@ import redis
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
-from bench.workloads import PROMPT, StreamTiming, sdk_client
+from bench.workloads import PROMPT, StreamTiming, sdk_client, stream_once
 from tests.fixtures.databases import fresh_postgres_database
 from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
 
@@ -45,21 +45,8 @@ DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 
 
 def stream(client: openai.OpenAI, model: str, tokens: int, *, store: bool) -> StreamTiming:
-    """One streamed response as a client sees it: time to the first text delta, then the delta rate."""
-    started = time.perf_counter()
-    first = last = 0.0
-    deltas = 0
-    extra: dict[str, Any] = {} if store else {"store": False}  # stored: the default, store omitted
-    with client.responses.create(
-        model=model, input=PROMPT, temperature=0, max_output_tokens=tokens, stream=True, **extra
-    ) as events:
-        for event in events:
-            if event.type == "response.output_text.delta":
-                last = time.perf_counter()
-                first = first or last
-                deltas += 1
-    rate = (deltas - 1) / (last - first) if deltas > 1 else 0.0
-    return StreamTiming(ttft_s=first - started, deltas=deltas, tokens_per_s=rate)
+    """One streamed response as a client sees it; stored: the default path, `store` omitted."""
+    return stream_once(client, model, PROMPT, tokens, None if store else False)
 
 
 class RawPeer:
