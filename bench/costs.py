@@ -14,12 +14,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import openai
 import redis
-from sqlalchemy.engine import make_url
 
 from bench.workloads import PROMPT, stream_once
+from tests.fixtures.databases import connect
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -34,14 +33,7 @@ def cpu_seconds(pid: int) -> float:
 async def _postgres_counts(database_url: str) -> tuple[int, int]:
     """(the next transaction id, rows in every table of the bench's database). Read-only transactions take no
     transaction id, so the first counts the cluster's write transactions; reading it assigns none either."""
-    target = make_url(database_url)
-    connection = await asyncpg.connect(
-        host=target.host,
-        port=target.port or 5432,
-        user=target.username,
-        password=target.password,
-        database=target.database,
-    )
+    connection = await connect(database_url)
     try:
         next_xid = int(await connection.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
         tables = await connection.fetch(

@@ -1,24 +1,32 @@
 """The baselines each figure is divided by: raw llama-cpp-python in-process, llama.cpp's llama-server, and a
-bare FastAPI endpoint under the same uvicorn settings as our server."""
+bare FastAPI endpoint under the same uvicorn settings as our server; and our own distributed cluster."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import llama_cpp
+import redis
 
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from bench.workloads import PROMPT, StreamTiming
-from tests.fixtures.server import free_port, wait_for_ok
+from tests.fixtures.databases import fresh_postgres_database
+from tests.fixtures.server import ServerProcess, free_port, run_cli, wait_for_ok, wait_until_ready
+
+DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 
 
 def raw_stream(threads: int, tokens: int) -> StreamTiming:
@@ -130,3 +138,43 @@ def wrk(url: str, seconds: int = 5, connections: int = 16) -> dict[str, Any] | N
         "p99_ms": float(p99.group(1)) * scale,
         "errors": int(non_2xx.group(1)) if non_2xx else 0,
     }
+
+
+class ServicesMissing(RuntimeError):
+    """Postgres or Redis could not be reached: the distributed figures are left out, the rest still runs."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    api: ServerProcess
+    worker: ServerProcess
+    database_url: str
+    redis_url: str
+
+    @property
+    def pids(self) -> dict[str, int]:
+        assert self.api.process is not None and self.worker.process is not None
+        return {"api_node": self.api.process.pid, "worker": self.worker.process.pid}
+
+
+@contextmanager
+def distributed_cluster(directory: Path, threads: int) -> Iterator[Cluster]:
+    """An API node and a worker on a fresh Postgres database and the bench's Redis database (flushed first):
+    RESPONSES_TEST_POSTGRES_URL and RESPONSES_BENCH_REDIS_URL, the local services by default."""
+    redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
+    with ExitStack() as stack:
+        try:
+            with redis.Redis.from_url(redis_url) as connection:
+                connection.flushdb()
+            database_url = stack.enter_context(fresh_postgres_database())
+        except Exception as error:
+            raise ServicesMissing(str(error)) from error
+        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
+        env["RESPONSES_N_THREADS"] = str(threads)
+        assert run_cli(["migrate"], env).returncode == 0
+        worker = ServerProcess(env, directory / "worker.log", command=["worker"]).start()
+        stack.callback(worker.stop)
+        api = ServerProcess(env, directory / "api.log").start()
+        stack.callback(api.stop)
+        wait_until_ready(api.base_url)
+        yield Cluster(api, worker, database_url, redis_url)

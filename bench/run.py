@@ -45,22 +45,27 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import redis
 
 from app.config import Settings
 from app.services import event_batches
 from bench import event_writes, stream_profile
 from bench.costs import request_costs
 from bench.figures import figures_from
-from bench.peers import BareApp, LlamaServer, kv_bytes_per_token, raw_stream, wrk
+from bench.peers import (
+    BareApp,
+    LlamaServer,
+    ServicesMissing,
+    distributed_cluster,
+    kv_bytes_per_token,
+    raw_stream,
+    wrk,
+)
 from bench.report import format_table
 from bench.workloads import best_stream, cancel_latency, concurrent_streams, conversations, sdk_client, stall
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
+from tests.fixtures.server import ServerProcess
 
 THREADS = 2
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache/llama-responses/llama-server-11434.0.0/build/bin/llama-server"
-DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 #: Ours on the default stored path (store omitted), then with store: false.
 PATHS: dict[str, bool | None] = {"stored": None, "unstored": False}
 
@@ -236,42 +241,36 @@ def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, si
 def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
     """Time to first token (stored and store: false) and memory with an API node and a worker on Postgres and
     Redis."""
-    redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
     with ExitStack() as stack:
         try:
-            with redis.Redis.from_url(redis_url) as connection:
-                connection.flushdb()
-            database_url = stack.enter_context(fresh_postgres_database())
-        except Exception as error:  # no services here: these figures are left out, the rest still runs
+            cluster = stack.enter_context(distributed_cluster(directory, THREADS))
+        except ServicesMissing as error:  # no services here: these figures are left out, the rest still runs
             results["left_out"].append(f"distributed figures (ttft, worker memory): no Postgres or Redis ({error})")
             return
-        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
-        env["RESPONSES_N_THREADS"] = str(THREADS)
-        assert run_cli(["migrate"], env).returncode == 0
-        worker = ServerProcess(env, directory / "worker.log", command=["worker"]).start()
-        stack.callback(worker.stop)
-        api = ServerProcess(env, directory / "api.log").start()
-        stack.callback(api.stop)
-        wait_until_ready(api.base_url)
-        client = stack.enter_context(sdk_client(api.base_url))
+        client = stack.enter_context(sdk_client(cluster.api.base_url))
         model = model_of(client)
-        assert worker.process is not None and api.process is not None
+        pids = cluster.pids
         if "ttft" in parts:
-            spied = {"api_node": api.process.pid, "worker": worker.process.pid}
-            results["distributed"] = profiled_timing(results, "distributed", spied, client, model, sizes.tokens)
+            results["distributed"] = profiled_timing(results, "distributed", pids, client, model, sizes.tokens)
         if "costs" in parts:
-            pids = {"api_pid": api.process.pid, "worker_pid": worker.process.pid}
             results["costs"] = {
                 path: request_costs(
-                    client, model, store, **pids, redis_url=redis_url, database_url=database_url, tokens=sizes.tokens
+                    client,
+                    model,
+                    store,
+                    api_pid=pids["api_node"],
+                    worker_pid=pids["worker"],
+                    redis_url=cluster.redis_url,
+                    database_url=cluster.database_url,
+                    tokens=sizes.tokens,
                 )
                 for path, store in PATHS.items()
             }
         if "memory" in parts:
             model_mb = Settings().resolved_model_path.stat().st_size / MB
             memory = results.setdefault("memory", {})
-            memory["api_distributed_rss_mb"] = rss_mb(api.process.pid)
-            memory["worker_rss_minus_model_mb"] = rss_mb(worker.process.pid) - model_mb
+            memory["api_distributed_rss_mb"] = rss_mb(pids["api_node"])
+            memory["worker_rss_minus_model_mb"] = rss_mb(pids["worker"]) - model_mb
 
 
 def bench_llama_server(results: dict[str, Any], parts: set[str], binary: Path, directory: Path, sizes: Sizes) -> None:

@@ -25,23 +25,21 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import openai
-import redis
 
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
+from bench.peers import ServicesMissing, distributed_cluster
 from bench.workloads import PROMPT, StreamTiming, sdk_client, stream_once
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import ServerProcess, run_cli, wait_until_ready
+from tests.fixtures.server import ServerProcess
 
 THREADS = 2
-DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 
 
 def stream(client: openai.OpenAI, model: str, tokens: int, *, store: bool) -> StreamTiming:
@@ -191,28 +189,11 @@ def embedded(directory: Path, tokens: int, runs: int, raw: RawPeer, profile: Pat
 
 def distributed(directory: Path, tokens: int, runs: int, raw: RawPeer, profile: Path | None) -> dict[str, Any]:
     """An API node and a worker on Postgres and Redis."""
-    redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
-    with ExitStack() as stack:
-        try:
-            with redis.Redis.from_url(redis_url) as connection:
-                connection.flushdb()
-            database_url = stack.enter_context(fresh_postgres_database())
-        except Exception as error:
-            return {"skipped": str(error)}
-        env = {
-            "RESPONSES_DATABASE_URL": database_url,
-            "RESPONSES_REDIS_URL": redis_url,
-            "RESPONSES_N_THREADS": str(THREADS),
-        }
-        assert run_cli(["migrate"], env).returncode == 0
-        worker = ServerProcess(env, directory / "worker.log", command=["worker"]).start()
-        stack.callback(worker.stop)
-        api = ServerProcess(env, directory / "api.log").start()
-        stack.callback(api.stop)
-        wait_until_ready(api.base_url)
-        assert worker.process is not None and api.process is not None
-        pids = {"api_node": api.process.pid, "worker": worker.process.pid}
-        return measure(api.base_url, pids, tokens, runs, raw, profile)
+    try:
+        with distributed_cluster(directory, THREADS) as cluster:
+            return measure(cluster.api.base_url, cluster.pids, tokens, runs, raw, profile)
+    except ServicesMissing as error:
+        return {"skipped": str(error)}
 
 
 def main() -> None:
