@@ -108,19 +108,11 @@ class OpenItems:
             text = item["content"][0].get("text", "") if item.get("content") else ""
             seen = self._seen(item_id)
             rest = text[len(seen) :] if text.startswith(seen) else ""
-            if item["type"] == "reasoning" and rest:  # the final text said more than the deltas it saw
+            reasoning = item["type"] == "reasoning"
+            if rest and (reasoning or item_id in self._parts):  # the final text said more than the deltas it saw
+                delta = ReasoningTextDeltaEvent if reasoning else OutputTextDeltaEvent
                 events.append(
-                    ReasoningTextDeltaEvent(
-                        sequence_number=sequence_number + len(events),
-                        item_id=item_id,
-                        output_index=index,
-                        content_index=0,
-                        delta=rest,
-                    )
-                )
-            elif item_id in self._parts and rest:
-                events.append(
-                    OutputTextDeltaEvent(
+                    delta(
                         sequence_number=sequence_number + len(events),
                         item_id=item_id,
                         output_index=index,
@@ -129,7 +121,7 @@ class OpenItems:
                     )
                 )
             number = sequence_number + len(events)
-            if item["type"] == "reasoning":
+            if reasoning:
                 events.append(
                     ReasoningTextDoneEvent(
                         sequence_number=number, item_id=item_id, output_index=index, content_index=0, text=text
