@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from app.config import Settings, setting_problems
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.generation.registry import ModelConfigError
+from app.generation.registry_loading import load_registry
 from app.generation.types import ModelLoadError
-from app.model_registry.loading import load_registry
-from app.model_registry.spec import ModelConfigError
-from app.operator_cli import add_commands
+from app.ops.operator_cli import add_commands
 
 
 def _fail(message: object) -> int:
@@ -87,7 +87,7 @@ def _migrate(_: argparse.Namespace) -> int:
 
 
 def _check(_: argparse.Namespace) -> int:
-    from app.services.check import load_settings, report, run_checks
+    from app.ops.check import load_settings, report, run_checks
 
     settings, loaded = load_settings()
     findings = [loaded, *(asyncio.run(run_checks(settings)) if settings is not None else [])]

@@ -1,22 +1,14 @@
-"""One ApiError root rendered as OpenAI's `{"error": {message, type, param, code}}`, and its handlers."""
+"""One ApiError root, each error OpenAI's `{"error": {message, type, param, code}}` with its HTTP status; what an
+outage looks like (a 503 rather than a 500); a pydantic failure as one 400. The HTTP handlers are in app/api/errors."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from app.observability.metrics import REDIS_ERRORS
-
-logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -92,18 +84,6 @@ def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
 
 
-def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
-
-
-def _server_error(error: Exception) -> JSONResponse:
-    logger.exception("unhandled error", exc_info=error)
-    body = {
-        "error": {"message": "The server had an error.", "type": "server_error", "param": None, "code": "server_error"}
-    }
-    return JSONResponse(body, status_code=500)
-
-
 #: SQLSTATE classes of a database that is (re)starting, stopping or unreachable: 08 connection exception,
 #: 53 insufficient resources (too many connections), 57 operator intervention (cannot_connect_now, admin_shutdown).
 OUTAGE_SQLSTATE_CLASSES = ("08", "53", "57")
@@ -155,16 +135,6 @@ def outage_error(error: BaseException) -> ServiceUnavailable | None:
     return ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable")
 
 
-def _unavailable_or_server_error(error: Exception) -> JSONResponse:
-    unavailable = outage_error(error)
-    if unavailable is None:
-        return _server_error(error)
-    if unavailable.code == "queue_unavailable":
-        REDIS_ERRORS.inc()
-    logger.warning("a backing service is unavailable: %s", error)
-    return error_response(unavailable)
-
-
 def _param_from_location(location: tuple[Any, ...]) -> str | None:
     """Turn pydantic's loc into an OpenAI param path: ('body', 'input', 0, 'role') -> input[0].role."""
     parts = [part for part in location if part not in ("body", "query", "path", "header")]
@@ -198,29 +168,3 @@ def validation_error(errors: list[Any]) -> InvalidRequest:
     message = str(first.get("msg", "Invalid value"))
     message = message.removeprefix("Value error, ")
     return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code="invalid_value")
-
-
-def register_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
-        return error_response(error)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(list(error.errors())))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        status = error.status_code
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": str(error.detail), "type": kind, "param": None, "code": None}}
-        return JSONResponse(body, status_code=status)
-
-    # An outage can surface wrapped (a pool timeout, asyncpg's CannotConnectNowError, an exception group).
-    @app.exception_handler(DBAPIError)
-    @app.exception_handler(RedisConnectionError)
-    @app.exception_handler(RedisTimeoutError)
-    @app.exception_handler(OSError)
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, error: Exception) -> JSONResponse:
-        return _unavailable_or_server_error(error)

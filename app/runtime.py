@@ -1,18 +1,17 @@
-"""What the lifespan builds once per process and every request shares."""
+"""What an API node's lifespan builds once and every request shares (app/main.py builds it)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-
 from app.config import Settings
+from app.db.session import Database
+from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
-from app.model_registry.spec import ModelRegistry
-from app.queue.base import GenerationQueue
-from app.services.sealing import ContentSealer
-from app.services.tenant_slots import TenantSlots
+from app.secrets.sealer import ContentSealer
+from app.tenants.slots import TenantSlots
+from app.transport.base import GenerationQueue
 
 #: Heavy prompt renders at once: the default thread pool has CPUs + 4 threads; two leave room for the rest.
 HEAVY_RENDERS = 2
@@ -23,10 +22,7 @@ class Runtime:
     settings: Settings
     #: The served models; requests are routed by their `model`.
     models: ModelRegistry
-    engine: AsyncEngine
-    sessionmaker: async_sessionmaker[AsyncSession]
-    #: Sessions for requests that only read: no transaction (app/db/session.py create_read_sessionmaker).
-    read_sessionmaker: async_sessionmaker[AsyncSession]
+    database: Database
     #: Each model's prompt renderer (its own vocabulary and chat template), built on first use.
     renderers: RendererCache
     queue: GenerationQueue

@@ -17,8 +17,8 @@ from typing import Any
 import openai
 import redis
 
+from app.testing.databases import connect
 from bench.workloads import PROMPT, stream_once
-from tests.fixtures.databases import connect
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -41,14 +41,13 @@ from app.config import Settings
 from app.db.base import utc_now
 from app.db.migrations import upgrade_to_head
 from app.db.models import ResponseRow
-from app.db.repositories import jobs
-from app.db.repositories import responses as repository
+from app.jobs import event_batches
+from app.jobs import repository as jobs
 from app.main import create_app
-from app.services import event_batches
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import free_port
-from tests.protocol import parse_sse
+from app.testing.databases import fresh_postgres_database
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.servers import free_port
+from app.testing.sse import parse_sse
 
 THREADS = 2
 PROMPT = "Write a long story about a dragon who learns to bake bread."
@@ -216,7 +215,7 @@ async def _writer(
                 session, response_id, owner="bench", now=now, lease_until=now + timedelta(seconds=15), progress=step
             )
             assert held
-            await repository.insert_events(session, response_id, payloads)
+            await jobs.insert_events(session, response_id, payloads)
         number, position = number + batch, position + 1
     return number, position
 

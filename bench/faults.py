@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import redis
 
-from tests.faults.harness import (
+from app.testing.cluster import (
     NUMBERS,
     STORY,
     TERMINAL_EVENTS,
@@ -40,7 +40,7 @@ from tests.faults.harness import (
     wait_for_status,
     worker_id,
 )
-from tests.protocol import parse_sse
+from app.testing.sse import parse_sse
 
 STUCK_AFTER_S = 60.0
 Row = dict[str, Any]

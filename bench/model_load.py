@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from tests.fixtures.server import ServerProcess
+from app.testing.servers import ServerProcess
 
 MODELS = ("first", "second")
 

@@ -26,7 +26,7 @@ from app.config import Settings
 from app.main import create_app
 from app.observability import tracing
 from app.observability.requests import RequestObservation
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 
 async def round_s(client: httpx.AsyncClient, path: str, requests: int) -> float:

@@ -22,9 +22,9 @@ import redis
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
+from app.testing.databases import fresh_postgres_database
+from app.testing.servers import ServerProcess, free_port, run_cli, wait_for_ok, wait_until_ready
 from bench.workloads import PROMPT, StreamTiming
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import ServerProcess, free_port, run_cli, wait_for_ok, wait_until_ready
 
 DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 

@@ -29,7 +29,7 @@ from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.generation.types import ContextTooLong
-from tests.fixtures.server import ServerProcess
+from app.testing.servers import ServerProcess
 
 WORDS = "the of and river owl glass comet bread map bee tea lantern quiet orbit harbor meadow signal".split()  # noqa: SIM905
 

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import ServerProcess, run_cli, sdk_client
 from bench.peers import BareApp, wrk
-from tests.fixtures.databases import fresh_postgres_database, sqlite_url
-from tests.fixtures.server import ServerProcess, run_cli, sdk_client
 
 DATABASES = ("sqlite", "postgres")
 #: More than a page, so that the list route reads a full one (and says has_more).

@@ -24,16 +24,16 @@ from typing import Any
 
 import httpx
 from sqlalchemy import delete, func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.migrations import upgrade_to_head
 from app.db.models import ResponseRow
+from app.db.session import Database
 from app.main import create_app
-from app.services.retention import purge_expired_responses
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
-from tests.fixtures.databases import fresh_postgres_database
+from app.ops.retention import purge_expired_responses
+from app.testing.databases import fresh_postgres_database
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 QUESTION = (
     "Our team is planning a three-day trip to the mountains in early spring. We need advice on what to pack, "
@@ -42,8 +42,8 @@ QUESTION = (
 STREAM_EVERY = 10
 
 
-async def _size_bytes(sessionmaker: async_sessionmaker[AsyncSession], sqlite: bool) -> int:
-    async with sessionmaker() as session:
+async def _size_bytes(database: Database, sqlite: bool) -> int:
+    async with database.read() as session:
         if sqlite:
             await session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
             pages = (await session.execute(text("PRAGMA page_count"))).scalar_one()
@@ -71,18 +71,18 @@ async def _make_responses(client: httpx.AsyncClient, count: int) -> int:
     return payload
 
 
-async def _count(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
-    async with sessionmaker() as session:
+async def _count(database: Database) -> int:
+    async with database.read() as session:
         return int((await session.execute(select(func.count()).select_from(ResponseRow))).scalar_one())
 
 
-async def _age_all(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
-    async with sessionmaker() as session, session.begin():
+async def _age_all(database: Database) -> None:
+    async with database.transaction() as session:
         await session.execute(update(ResponseRow).values(created_at=utc_now() - timedelta(days=40)))
 
 
-async def _delete_all(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
-    async with sessionmaker() as session, session.begin():
+async def _delete_all(database: Database) -> int:
+    async with database.transaction() as session:
         result = await session.execute(delete(ResponseRow).execution_options(synchronize_session=False))
     return int(getattr(result, "rowcount", 0))
 
@@ -98,17 +98,17 @@ async def measure(database_url: str, count: int) -> dict[str, Any]:
     settings = Settings(database_url=database_url, model_id="fake-model", _env_file=None)
     app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
     async with app.router.lifespan_context(app):
-        sessionmaker = app.state.runtime.sessionmaker
+        database: Database = app.state.runtime.database
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as client:
-            empty = await _size_bytes(sessionmaker, sqlite)
+            empty = await _size_bytes(database, sqlite)
             payload = await _make_responses(client, count)
-            stored = await _size_bytes(sessionmaker, sqlite) - empty
-            await _age_all(sessionmaker)
-            purged, purge_s = await _timed(lambda: purge_expired_responses(sessionmaker, retention_days=30))
-            assert purged == count and await _count(sessionmaker) == 0
+            stored = await _size_bytes(database, sqlite) - empty
+            await _age_all(database)
+            purged, purge_s = await _timed(lambda: purge_expired_responses(database, retention_days=30))
+            assert purged == count and await _count(database) == 0
             await _make_responses(client, count)
-            await _age_all(sessionmaker)
-            deleted, delete_s = await _timed(lambda: _delete_all(sessionmaker))
+            await _age_all(database)
+            deleted, delete_s = await _timed(lambda: _delete_all(database))
             assert deleted == count
     per_thousand = stored * 1000 / count
     return {

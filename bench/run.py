@@ -47,7 +47,8 @@ from typing import Any
 import openai
 
 from app.config import Settings
-from app.services import event_batches
+from app.jobs import event_batches
+from app.testing.servers import ServerProcess
 from bench import event_writes, stream_profile
 from bench.costs import request_costs
 from bench.figures import figures_from
@@ -62,7 +63,6 @@ from bench.peers import (
 )
 from bench.report import format_table
 from bench.workloads import best_stream, cancel_latency, concurrent_streams, conversations, sdk_client, stall
-from tests.fixtures.server import ServerProcess
 
 THREADS = 2
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache/llama-responses/llama-server-11434.0.0/build/bin/llama-server"

@@ -32,11 +32,11 @@ import uvicorn
 
 from app.config import Settings
 from app.generation.engine import GenerationRequest
+from app.generation.local_runner import LocalRunner
 from app.generation.types import Finish, FinishReason
 from app.main import create_app
-from app.queue.local_runner import LocalRunner
-from tests.fakes import FakeRenderer, fake_generation
-from tests.fixtures.server import free_port, wait_for_ok
+from app.testing.fakes import FakeRenderer, fake_generation
+from app.testing.servers import free_port, wait_for_ok
 
 WORD = " bread"
 

@@ -35,9 +35,9 @@ import openai
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
+from app.testing.servers import ServerProcess
 from bench.peers import ServicesMissing, distributed_cluster
 from bench.workloads import PROMPT, StreamTiming, sdk_client, stream_once
-from tests.fixtures.server import ServerProcess
 
 THREADS = 2
 

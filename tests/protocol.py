@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from openai.types.responses import (
@@ -33,19 +32,6 @@ FAILED_WITH_OPEN_MESSAGE = [
     "error",
     "response.failed",
 ]
-
-
-def parse_sse(body: str) -> list[dict[str, Any]]:
-    """SSE text -> event payloads; checks that each `event:` line names its payload's type."""
-    events = []
-    for frame in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in frame.splitlines() if ": " in line)
-        if lines.get("data") == "[DONE]":
-            continue
-        payload = json.loads(lines["data"])
-        assert lines["event"] == payload["type"], frame
-        events.append(payload)
-    return events
 
 
 def assert_well_formed_stream(

@@ -6,19 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import Depends
 
-from app.errors import InvalidRequest
-from app.schemas.paging import MAX_PAGE_LIMIT, PageRequest
-
-
-def page_request(limit: int, order: Literal["asc", "desc"], after: str | None) -> PageRequest:
-    """A checked page request (the operator CLI checks its options with it too)."""
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise InvalidRequest(
-            f"Invalid 'limit': {limit}. It must be between 1 and {MAX_PAGE_LIMIT}.",
-            param="limit",
-            code="invalid_value",
-        )
-    return PageRequest(limit=limit, order=order, after=after)
+from app.schemas.paging import PageRequest, page_request
 
 
 async def get_page(limit: int = 20, order: Literal["asc", "desc"] = "desc", after: str | None = None) -> PageRequest:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import ApiError, InvalidRequest, error_response
-from app.services.validation import request_too_large
+from app.api.errors import error_response
+from app.errors import ApiError, InvalidRequest
+from app.schemas.parsing import request_too_large
 
 
 class RequestGuards:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,15 +9,13 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from app.queue.redis_bus import ReceivedEvent
+from app.events.encoding import event_json
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def event_frame(event: dict[str, Any]) -> bytes:
-    # An event relayed from Redis as it came: its JSON is that text (published compact, as this encodes).
-    data = event.text if type(event) is ReceivedEvent else json.dumps(event, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+    return f"event: {event['type']}\ndata: {event_json(event)}\n\n".encode()
 
 
 async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -1,8 +1,12 @@
-"""Engine and sessionmaker construction (called from the lifespan, never at import time)."""
+"""A database as every process reaches it: its engine and sessions (built in the lifespan or a worker's start-up,
+never at import time), and the one way services open a unit of work."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -88,3 +92,32 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     if engine.dialect.name == "postgresql":
         engine = engine.execution_options(isolation_level="AUTOCOMMIT")
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """One database. Services open their own units of work here, never receiving a session: `transaction()`
+    commits on success and rolls back on error, `read()` opens no transaction (create_read_sessionmaker);
+    repositories take the session either gives."""
+
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    read_sessionmaker: async_sessionmaker[AsyncSession]
+
+    @classmethod
+    def connect(cls, database_url: str) -> Database:
+        engine = create_engine(database_url)
+        return cls(engine, create_sessionmaker(engine), create_read_sessionmaker(engine))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """One unit of work: committed when the block ends, rolled back when it raises."""
+        async with self.sessionmaker() as session, session.begin():
+            yield session
+
+    def read(self) -> AsyncSession:
+        """A session for reads only (`async with database.read() as session`): no BEGIN, no COMMIT."""
+        return self.read_sessionmaker()
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

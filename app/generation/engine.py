@@ -21,9 +21,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
-import math
 import queue
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,15 +33,9 @@ import numpy as np
 from app.config import Settings
 from app.generation.kv_reuse import KvReuse, KvReuseMode
 from app.generation.prefix_cache import PrefixCache, common_prefix_length
-from app.generation.types import (
-    Finish,
-    FinishReason,
-    GenerationFailed,
-    GenerationOutput,
-    SamplingParams,
-    ScoredPiece,
-)
-from app.model_registry.spec import ModelSpec
+from app.generation.registry import ModelSpec
+from app.generation.sampling import sampler_chain, scored_piece
+from app.generation.types import EngineError, Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +62,6 @@ def concurrency(settings: Settings) -> int:
     """Sequences decoded together. By default: on a CPU batching gains little past 4 (measured in bench/), a
     GPU gains more."""
     return settings.worker_concurrency or (8 if llama_cpp.llama_supports_gpu_offload() else 4)
-
-
-class EngineError(RuntimeError):
-    pass
 
 
 @dataclass(eq=False)
@@ -324,38 +312,7 @@ class LlamaEngine:
 
     def _sampler(self, sampling: SamplingParams, written: list[int]) -> llama_cpp.llama_sampler_p:
         """The sampler chain for `sampling`, having accepted `written` (the output of an earlier run)."""
-        chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(
-            llama_cpp.llama_sampler_chain_default_params()
-        )
-        if sampling.presence_penalty or sampling.frequency_penalty:
-            # Over the tokens generated so far (the chain accepts each sampled token); the prompt is not counted.
-            llama_cpp.llama_sampler_chain_add(
-                chain,
-                llama_cpp.llama_sampler_init_penalties(
-                    self._n_vocab, self.n_ctx, 1.0, sampling.frequency_penalty, sampling.presence_penalty
-                ),
-            )
-        grammar: llama_cpp.llama_sampler_p | None = None
-        if sampling.grammar:
-            grammar = llama_cpp.llama_sampler_init_grammar(self._vocab, sampling.grammar.encode(), b"root")
-            if not grammar:
-                llama_cpp.llama_sampler_free(chain)
-                raise EngineError("llama.cpp could not parse the output grammar")
-            llama_cpp.llama_sampler_chain_add(chain, grammar)
-        if sampling.temperature <= 0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-        else:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(random.getrandbits(32)))
-        for token in written:
-            # NOTE: llama.cpp's grammar throws (a C++ exception: the process aborts) on a token it cannot accept,
-            # so each is checked first; text the grammar produced re-tokenizes into tokens it accepts.
-            if grammar is not None and not _grammar_allows(grammar, token):
-                llama_cpp.llama_sampler_free(chain)
-                raise EngineError("the output so far does not fit the output grammar")
-            llama_cpp.llama_sampler_accept(chain, token)
-        return chain
+        return sampler_chain(self._vocab, self._n_vocab, self.n_ctx, sampling, written)
 
     def _step(self) -> None:
         """One llama_decode over every running sequence, then one sampled token for each that is due one."""
@@ -430,18 +387,6 @@ class LlamaEngine:
         length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
         return self._piece.raw[: max(length, 0)]
 
-    def _scored(self, text: str, token: int, token_bytes: bytes, logits: np.ndarray, top_n: int) -> ScoredPiece:
-        """The token's logprob under the model's own distribution (log-softmax of its logits), and the top_n
-        likeliest tokens'."""
-        peak = float(logits.max())
-        log_total = peak + math.log(float(np.exp(logits - peak).sum()))
-        top: tuple[tuple[bytes, float], ...] = ()
-        if top_n:
-            best = np.argpartition(logits, -top_n)[-top_n:]
-            best = best[np.argsort(-logits[best], kind="stable")]
-            top = tuple((self._token_bytes(int(other)), float(logits[other]) - log_total) for other in best)
-        return ScoredPiece(text, token_bytes, float(logits[token]) - log_total, top)
-
     def _advance(self, slot: _Slot, token: int, logits: np.ndarray | None = None) -> None:
         request, decoder = slot.request, slot.decoder
         assert request is not None and decoder is not None
@@ -453,7 +398,7 @@ class LlamaEngine:
         piece = decoder.decode(token_bytes)
         if logits is not None and slot.top_logprobs is not None:
             # Sent even when the token only starts a multi-byte character (text ""), so every token is there.
-            request.emit(self._scored(piece, token, token_bytes, logits, slot.top_logprobs))
+            request.emit(scored_piece(piece, token, token_bytes, logits, slot.top_logprobs, self._token_bytes))
         elif piece:
             request.emit(piece)
         if slot.produced >= slot.budget:
@@ -509,11 +454,3 @@ class LlamaEngine:
                 self._release(slot)
                 self._clear(slot)
                 request.emit(GenerationFailed(message))
-
-
-def _grammar_allows(grammar: llama_cpp.llama_sampler_p, token: int) -> bool:
-    """Whether the grammar, in its state now, lets `token` come next (it masks the token's logit otherwise)."""
-    candidate = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
-    array = llama_cpp.llama_token_data_array(candidate, 1, -1, False)
-    llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
-    return bool(math.isfinite(candidate[0].logit))

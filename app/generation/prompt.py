@@ -7,13 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.generation.tool_calls import (
-    FunctionSpec,
-    render_call,
-    render_call_output,
-    render_custom_call,
-    tools_prompt,
-)
+from app.generation.tool_calls import FunctionSpec, render_call, render_call_output, render_custom_call, tools_prompt
 
 # NOTE: chat templates of small open models rarely know the `developer` role; it is a system message to them.
 TEMPLATE_ROLE = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

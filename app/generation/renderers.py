@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from app.generation.registry import ModelSpec
 from app.generation.types import ModelLoadError, PromptRenderer
-from app.model_registry.spec import ModelSpec
 
 
 class RendererCache:

@@ -10,8 +10,8 @@ import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from app.generation.prompt import ChatMessage
+from app.generation.registry import ModelSpec
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
-from app.model_registry.spec import ModelSpec
 
 # Used only when a GGUF carries no template of its own.
 CHATML_TEMPLATE = (

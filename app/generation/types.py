@@ -88,6 +88,10 @@ class PromptRenderer(Protocol):
         ...
 
 
+class EngineError(RuntimeError):
+    """llama.cpp failed: a model or context that would not load, a grammar it would not parse, a failed decode."""
+
+
 class ModelLoadError(RuntimeError):
     """A model's weights (or vocabulary) could not be loaded: the requests for it fail, the others go on."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
 
 #: The length of every id column (responses, items, conversations).
 MAX_ID_CHARS = 64
@@ -306,6 +306,10 @@ Item = Annotated[
 ]
 
 
+#: Validates a stored item (a dict from the database, or one being built) into its Item model.
+STORED_ITEM: TypeAdapter[Item] = TypeAdapter(Item)
+
+
 class ItemList(BaseModel):
     """One page of items (a response's input items, a conversation's items), with its cursor."""
 
@@ -314,3 +318,18 @@ class ItemList(BaseModel):
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+#: What `include` may ask for (the SDK's ResponseIncludable).
+Includable = Literal[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+]
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"

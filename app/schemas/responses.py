@@ -6,10 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.items import Item, ItemList, MessageItem
+from app.schemas.items import Item, MessageItem
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 
 class InputTokensDetails(BaseModel):
@@ -101,36 +100,3 @@ class ResponseObject(ResponseParams):
     @property
     def output_text(self) -> str:
         return "".join(item.text for item in self.output if isinstance(item, MessageItem) and item.role == "assistant")
-
-
-class DeletedResponse(BaseModel):
-    id: str
-    object: Literal["response"] = "response"
-    deleted: bool = True
-
-
-class InputItemList(ItemList):
-    """GET /v1/responses/{id}/input_items."""
-
-
-class InputTokenCount(BaseModel):
-    """POST /v1/responses/input_tokens: the SDK's InputTokenCountResponse."""
-
-    object: Literal["response.input_tokens"] = "response.input_tokens"
-    input_tokens: int
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "llama-responses"
-    # NOTE: extensions (left out when None; the SDK's Model keeps extra fields): distributed mode counts the
-    # workers serving the model now, embedded mode says whether its weights are in memory now.
-    live_workers: int | None = None
-    loaded: bool | None = None
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]

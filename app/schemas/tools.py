@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_.-]{1,64}$"
 
-#: Tool types the hosted API runs itself; a self-hosted server cannot (see services/tools.py).
+#: Tool types the hosted API runs itself; a self-hosted server cannot (see app/responses/tools.py).
 HOSTED_TOOL_TYPES = frozenset(
     {
         "web_search",

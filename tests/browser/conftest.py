@@ -12,8 +12,8 @@ import openai
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.fixtures.databases import sqlite_url
-from tests.fixtures.server import ServerProcess, sdk_client
+from app.testing.databases import sqlite_url
+from app.testing.servers import ServerProcess, sdk_client
 
 pytestmark = pytest.mark.integration
 

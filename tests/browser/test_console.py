@@ -11,7 +11,7 @@ import openai
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.faults.harness import STORY
+from app.testing.cluster import STORY
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import Cluster, PostgresServer, RedisServer, private_cluster
+from app.testing.cluster import Cluster, PostgresServer, RedisServer, private_cluster
 
 
 @pytest.fixture(scope="module")

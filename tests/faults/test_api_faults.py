@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from tests.faults.harness import (
+from app.testing.cluster import (
     STORY,
     TERMINAL_STATUSES,
     Cluster,
@@ -26,7 +26,8 @@ from tests.faults.harness import (
     sigkill,
     wait_for_status,
 )
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.faults.harness import (
+from app.testing.cluster import (
     NUMBERS,
     STORY,
     TERMINAL_EVENTS,
@@ -34,7 +34,8 @@ from tests.faults.harness import (
     wait_for_status,
     worker_id,
 )
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 pytestmark = pytest.mark.integration
 

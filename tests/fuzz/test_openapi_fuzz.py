@@ -32,8 +32,8 @@ from schemathesis.core import NOT_SET
 from app.config import Settings
 from app.db.migrations import upgrade_to_head
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
-from tests.fixtures.databases import fresh_postgres_database
+from app.testing.databases import fresh_postgres_database
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.fuzz.hostile import HOSTILE_AUTHORIZATION, HOSTILE_PATH_TEXT, HOSTILE_QUERY_TEXT, mutate_body
 
 EXAMPLES = int(os.environ.get("RESPONSES_FUZZ_EXAMPLES", "8"))

@@ -8,8 +8,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.fixtures.databases import fresh_postgres_database, sqlite_url
-from tests.fixtures.server import SdkClients, ServerProcess, run_cli, sdk_client
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import SdkClients, ServerProcess, run_cli, sdk_client
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.databases import sqlite_url
-from tests.fixtures.server import ServerProcess
+from app.testing.databases import sqlite_url
+from app.testing.servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 

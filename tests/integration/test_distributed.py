@@ -16,20 +16,15 @@ import pytest
 import redis
 from openai.types.responses.response_input_item_param import ItemReference
 
-from app.api.deps import OPEN_TENANT
 from app.config import Settings
+from app.generation.job import GenerationJob
 from app.generation.types import SamplingParams
-from app.queue.arq_backend import ArqQueue, affinity_owner_key, model_queue, register_worker, worker_queue
-from app.queue.base import GenerationJob
-from tests.fixtures.databases import count_responses, fresh_postgres_database
-from tests.fixtures.server import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
-from tests.protocol import (
-    SOCKET_EVENT,
-    assert_exact_response,
-    assert_well_formed_stream,
-    parse_sse,
-    socket_exchange,
-)
+from app.tenants.identity import OPEN_TENANT
+from app.testing.databases import count_responses, fresh_postgres_database
+from app.testing.servers import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
+from app.testing.sse import parse_sse
+from app.transport.redis_queue import ArqQueue, affinity_owner_key, model_queue, register_worker, worker_queue
+from tests.protocol import SOCKET_EVENT, assert_exact_response, assert_well_formed_stream, socket_exchange
 
 pytestmark = pytest.mark.integration
 

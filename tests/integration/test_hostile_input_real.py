@@ -15,9 +15,9 @@ from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import run_cli
+from app.testing.databases import fresh_postgres_database
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.servers import run_cli
 from tests.unit.test_hostile_input import stored_responses
 
 WORDS = "river owl glass comet bread map bee tea lantern orbit harbor meadow".split()  # noqa: SIM905

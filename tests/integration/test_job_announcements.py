@@ -11,9 +11,10 @@ import pytest
 from arq import func
 from arq.connections import create_pool
 
-from app.queue.arq_backend import redis_settings
-from app.queue.redis_bus import JOB_READY_CHANNEL
+from app.transport.redis_bus import JOB_READY_CHANNEL
+from app.transport.redis_queue import redis_settings
 from worker import main as worker_main
+from worker.tasks import JobAnnouncements, listen_for_signals
 
 pytestmark = pytest.mark.integration
 
@@ -31,20 +32,21 @@ async def test_an_announced_job_starts_without_waiting_for_a_poll(monkeypatch: p
 
     pool = await create_pool(redis_settings(REDIS_URL), default_queue_name=QUEUE)
     await pool.flushdb()
-    ctx: dict[str, Any] = {"redis": pool, "runner": None}
+    announcements = JobAnnouncements()
     worker = worker_main.SupervisedWorker(
+        announcements=announcements,
         functions=[func(job, name="job")],
         queue_name=QUEUE,
         redis_pool=pool,
-        ctx=ctx,
         handle_signals=False,
         poll_delay=0,
     )
-    tasks = [asyncio.create_task(worker.main()), asyncio.create_task(worker_main._listen_for_signals(ctx))]
+    listener = listen_for_signals(pool, announcements, cancel=lambda _: None)
+    tasks = [asyncio.create_task(worker.main()), asyncio.create_task(listener)]
     try:
         # The worker's first poll (at start) has run and it waits now; the listener is subscribed.
         for _ in range(500):
-            if QUEUE in ctx.get("job_ready", {}) and await pool.pubsub_numsub(JOB_READY_CHANNEL) == [
+            if QUEUE in announcements.events and await pool.pubsub_numsub(JOB_READY_CHANNEL) == [
                 (JOB_READY_CHANNEL.encode(), 1)
             ]:
                 break

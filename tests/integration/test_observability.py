@@ -16,8 +16,8 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.databases import fresh_postgres_database, sqlite_url
-from tests.fixtures.server import (
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import (
     STARTUP_TIMEOUT_S,
     SdkClients,
     ServerProcess,

@@ -19,8 +19,8 @@ from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.kv_reuse import EXACT_CHUNK
 from app.generation.prefix_cache import PrefixCache
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
-from tests.fixtures.databases import sqlite_url
-from tests.fixtures.server import SdkClients, ServerProcess
+from app.testing.databases import sqlite_url
+from app.testing.servers import SdkClients, ServerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import openai
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from tests.fixtures.databases import fresh_postgres_database
-from tests.fixtures.server import SdkClients, ServerProcess, run_cli
+from app.testing.databases import fresh_postgres_database
+from app.testing.servers import SdkClients, ServerProcess, run_cli
 from tests.protocol import socket_exchange
 
 pytestmark = pytest.mark.integration

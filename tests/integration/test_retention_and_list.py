@@ -19,13 +19,13 @@ from app.config import Settings
 from app.db.base import utc_now
 from app.db.migrations import prepare_database
 from app.db.models import ResponseRow
-from app.db.repositories import responses as repository
-from app.db.session import create_engine, create_sessionmaker
-from app.queue.arq_backend import exclusive, redis_settings
-from app.queue.redis_bus import KEY_PREFIX
-from tests.fixtures.databases import fresh_postgres_database, sqlite_url
-from tests.fixtures.server import ServerProcess, run_cli, sdk_client
-from worker.main import apply_retention_task
+from app.db.session import Database
+from app.responses import repository
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import ServerProcess, run_cli, sdk_client
+from app.transport.redis_bus import KEY_PREFIX
+from app.transport.redis_queue import exclusive, redis_settings
+from worker.tasks import apply_retention_exclusively
 
 pytestmark = pytest.mark.integration
 
@@ -107,11 +107,10 @@ def test_list_then_purge_at_startup_and_by_hand(database_url: str, tmp_path: Pat
 async def test_the_workers_cron_job_purges_one_runner_at_a_time(tmp_path: Path) -> None:
     settings = Settings(database_url=sqlite_url(tmp_path), _env_file=None)
     await prepare_database(settings)
-    engine = create_engine(settings.database_url)
-    sessionmaker = create_sessionmaker(engine)
+    database = Database.connect(settings.database_url)
     redis = await create_pool(redis_settings(os.environ.get("RESPONSES_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")))
     try:
-        async with sessionmaker() as session, session.begin():
+        async with database.transaction() as session:
             old = ResponseRow(
                 id="resp_old", tenant="public", status="completed", model="m", params={},
                 created_at=utc_now() - timedelta(days=40),
@@ -119,15 +118,15 @@ async def test_the_workers_cron_job_purges_one_runner_at_a_time(tmp_path: Path) 
             await repository.insert_response(session, old, [{"id": "msg_1", "type": "message"}])
         # A lock left by an earlier run's worker that was killed while it held it would expire within 30 min.
         await redis.delete(f"{KEY_PREFIX}:lock:retention")
-        ctx = {"redis": redis, "sessionmaker": sessionmaker, "settings": settings}
         async with exclusive(redis, "retention", 60) as held:
             assert held
-            await apply_retention_task(ctx)  # another runner holds the lock: this one does nothing
-            async with sessionmaker() as session:
+            # Another runner holds the lock: this one does nothing.
+            await apply_retention_exclusively(redis, database, settings)
+            async with database.read() as session:
                 assert await repository.get_by_id(session, "resp_old") is not None
-        await apply_retention_task(ctx)
-        async with sessionmaker() as session:
+        await apply_retention_exclusively(redis, database, settings)
+        async with database.read() as session:
             assert await repository.get_by_id(session, "resp_old") is None
     finally:
         await redis.aclose()
-        await engine.dispose()
+        await database.dispose()

@@ -11,8 +11,9 @@ import jsonschema
 import openai
 import pytest
 
-from tests.fixtures.server import ServerProcess
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.servers import ServerProcess
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 pytestmark = pytest.mark.integration
 

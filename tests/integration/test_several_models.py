@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from app.config import Settings
-from tests.fixtures.databases import fresh_postgres_database, sqlite_url
-from tests.fixtures.server import SdkClients, ServerProcess, run_cli, wait_for_ok
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import SdkClients, ServerProcess, run_cli, wait_for_ok
 
 pytestmark = pytest.mark.integration
 

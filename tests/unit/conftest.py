@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.main import create_app
 from app.runtime import Runtime
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 
 @pytest.fixture

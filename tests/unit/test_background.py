@@ -7,11 +7,12 @@ import asyncio
 import httpx
 
 from app.db.models import ResponseRow
-from app.db.repositories import responses as repository
-from app.queue.base import GenerationJob
+from app.generation.job import GenerationJob
+from app.responses import repository
 from app.runtime import Runtime
-from tests.fakes import FAKE_REPLY, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.fakes import FAKE_REPLY, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 POLL_S = 0.01
 
@@ -75,7 +76,7 @@ async def test_a_queued_response_cancelled_never_starts(
     row = ResponseRow(
         id="resp_waiting", tenant="public", status="queued", model="m", params={}, output=[], background=True
     )
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await repository.insert_response(session, row, [])
     cancelled = (await client.post("/v1/responses/resp_waiting/cancel")).json()
     assert cancelled["status"] == "cancelled"

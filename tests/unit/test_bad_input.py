@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.fakes import FakeRenderer, FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
 
 
 def assert_error(reply: httpx.Response, status: int, *, param: str | None, code: str | None = None) -> dict:

@@ -9,7 +9,7 @@ import pytest
 from app.cli import main
 from app.config import Settings
 from app.db.migrations import upgrade_to_head
-from tests.fixtures.server import free_port
+from app.testing.servers import free_port
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_redis_is_read_through_the_queue_the_server_uses(
         assert settings.redis_url == "redis://queue.example:6379/0"
         return CountingQueue()
 
-    monkeypatch.setattr("app.services.check.ArqQueue.connect", connect)
+    monkeypatch.setattr("app.ops.check.ArqQueue.connect", connect)
     monkeypatch.setenv("RESPONSES_REDIS_URL", "redis://queue.example:6379/0")
     _, out = run_check(capsys)
     assert "ok       redis     redis://queue.example:6379/0 answers; 3 worker(s) alive" in out, out

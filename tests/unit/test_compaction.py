@@ -13,10 +13,12 @@ from openai.types.responses import CompactedResponse, Response
 from app.config import Settings
 from app.generation.prompt import SUMMARY_HEADING
 from app.main import create_app
-from app.services.compaction import COMPACTION_REQUEST
-from app.services.sealing import ContentSealer, SealBroken, configured_keys
-from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner, fake_generation
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.responses.compaction import COMPACTION_REQUEST
+from app.secrets.keys import configured_keys
+from app.secrets.sealer import ContentSealer, SealBroken
+from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner, fake_generation
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 SUMMARY = " ".join(FAKE_REPLY)
 HISTORY = [

@@ -7,7 +7,7 @@ import re
 
 import httpx
 
-from app.api.routes.console import CONSOLE_DIR
+from app.console.endpoints import CONSOLE_DIR
 
 
 async def test_the_console_is_served_under_its_own_path(client: httpx.AsyncClient) -> None:

@@ -11,12 +11,13 @@ from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
-from app.db.repositories import jobs
+from app.conversations import turns
+from app.jobs import repository as jobs
+from app.jobs.recovery import end_response
 from app.runtime import Runtime
-from app.services import conversation_turns
-from app.services.recovery import end_response
-from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 from tests.unit.test_background import poll_until_done
 
 CONVERSATION_ITEM = TypeAdapter(ConversationItem)
@@ -255,10 +256,10 @@ async def test_a_response_ended_by_recovery_frees_its_conversation(
     # Recovery (or a cancel that timed out) ends it without the executor's final commit.
     while stuck["id"] not in runner.runs:  # claimed, generating
         await asyncio.sleep(0.01)
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         assert await jobs.expire_leases(session) == 1
     error = {"code": "server_error", "message": "lost"}
-    assert await end_response(app_runtime.sessionmaker, None, stuck["id"], status="failed", error=error)
+    assert await end_response(app_runtime.database, None, stuck["id"], status="failed", error=error)
     runner.delay_s = 0
     runner.reply = list(FAKE_REPLY)
     after = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})
@@ -283,7 +284,7 @@ async def test_an_unstored_claim_ends_after_its_lease(
     runner.reply = list(FAKE_REPLY)
     locked = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})
     assert locked.status_code == 400 and locked.json()["error"]["code"] == "conversation_locked"
-    monkeypatch.setattr(conversation_turns, "UNSTORED_CLAIM_LEASE_S", 0)
+    monkeypatch.setattr(turns, "UNSTORED_CLAIM_LEASE_S", 0)
     freed = await client.post("/v1/responses", json={"input": "y", "conversation": made["id"]})
     assert freed.status_code == 200, freed.text
     runner.cancel(runner.jobs[0].response_id)

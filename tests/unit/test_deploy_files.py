@@ -11,7 +11,7 @@ import yaml
 
 from app.cli import build_parser
 from app.config import Settings
-from app.model_registry.loading import load_registry
+from app.generation.registry_loading import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]

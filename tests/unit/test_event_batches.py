@@ -12,14 +12,15 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
-from app.db.repositories import responses as repository
+from app.generation.job import GenerationJob
 from app.generation.types import Finish, GenerationOutput
-from app.queue.base import GenerationJob
+from app.jobs.event_batches import EventBatch, Payload
+from app.jobs.lease import LeaseLost
+from app.responses import repository
 from app.runtime import Runtime
-from app.services.event_batches import EventBatch, Payload
-from app.services.job_progress import LeaseLost
-from tests.fakes import FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 STREAM = {"input": "hi", "background": True, "stream": True}
 
@@ -103,11 +104,11 @@ def counted_commits(runtime: Runtime) -> Iterator[list[int]]:
     def count(_: Connection) -> None:
         commits.append(1)
 
-    event.listen(runtime.engine.sync_engine, "commit", count)
+    event.listen(runtime.database.engine.sync_engine, "commit", count)
     try:
         yield commits
     finally:
-        event.remove(runtime.engine.sync_engine, "commit", count)
+        event.remove(runtime.database.engine.sync_engine, "commit", count)
 
 
 async def test_a_long_background_stream_writes_far_less_than_once_a_token_and_resumes_exactly(
@@ -125,7 +126,7 @@ async def test_a_long_background_stream_writes_far_less_than_once_a_token_and_re
     final = assert_well_formed_stream(streamed)
     assert final["status"] == "completed" and len(final["output"][0]["content"][0]["text"].split()) == tokens
     assert parse_sse(resumed.text) == streamed[21:]
-    async with app_runtime.sessionmaker() as session:
+    async with app_runtime.database.read() as session:
         assert await repository.events_after(session, response_id, -1) == streamed
     # Before batching, each token's event was its own transaction (over one write a token). Now: the request's
     # own, the opening events, a batch per 50 ms or 32 events, the final state (the fake model is fast).
@@ -166,7 +167,7 @@ async def test_a_batch_is_stored_and_sent_while_the_model_says_nothing_more(
     response_id = runs[0].job.response_id
 
     async def stored_deltas() -> list[str]:
-        async with app_runtime.sessionmaker() as session:
+        async with app_runtime.database.read() as session:
             stored = await repository.events_after(session, response_id, -1)
         return [event["delta"] for event in stored if event["type"] == "response.output_text.delta"]
 

@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from tests.fakes import FakeRunner
-from tests.protocol import assert_exact_response, assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_exact_response, assert_well_formed_stream
 from tests.unit.test_bad_input import assert_error
 
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}

@@ -12,8 +12,8 @@ from pathlib import Path
 from alembic import command
 
 from app.db.migrations import alembic_config
-from app.db.repositories import jobs
 from app.db.session import create_engine, create_sessionmaker
+from app.jobs import repository as jobs
 
 BEFORE = "20261125_0005"
 PROGRESS = {"pieces": ["Once", " upon"], "ids": ["msg_1"]}

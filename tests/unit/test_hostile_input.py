@@ -12,12 +12,12 @@ from sqlalchemy import func, select
 
 from app.db.models import ResponseRow
 from app.runtime import Runtime
-from tests.fakes import FakeRenderer, FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
 from tests.unit.test_bad_input import assert_error
 
 
 async def stored_responses(runtime: Runtime) -> int:
-    async with runtime.sessionmaker() as session:
+    async with runtime.database.read() as session:
         return int(await session.scalar(select(func.count()).select_from(ResponseRow)) or 0)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 
 async def make_response_with_items(client: httpx.AsyncClient, count: int) -> tuple[str, list[str]]:

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from openai.types.responses import InputTokenCountResponse
 
-from tests.fakes import FakeRenderer, FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
 from tests.unit.test_bad_input import assert_error
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}

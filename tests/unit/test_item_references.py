@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.fakes import FAKE_REPLY, FakeRenderer
+from app.testing.fakes import FAKE_REPLY, FakeRenderer
 
 
 async def test_references_resolve_to_input_output_and_conversation_items(

@@ -11,8 +11,8 @@ from alembic import command
 
 from app.db.base import utc_now
 from app.db.migrations import alembic_config
-from app.db.repositories import jobs
 from app.db.session import create_engine, create_sessionmaker
+from app.jobs import repository as jobs
 
 BEFORE = "20261124_0004"
 REVISION = "20261125_0005"

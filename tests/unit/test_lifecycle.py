@@ -9,10 +9,10 @@ import httpx
 
 from app.config import Settings
 from app.db.models import ResponseRow
-from app.db.repositories import jobs
-from app.db.repositories import responses as repository
+from app.jobs import repository as jobs
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.responses import repository
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 
 def sqlite_settings(path: Path, **extra: object) -> Settings:
@@ -28,7 +28,7 @@ async def test_at_start_up_background_jobs_left_generating_are_taken_over_and_th
     app = create_app(settings, fake_generation(FakeRenderer(), dying))
     async with app.router.lifespan_context(app):
         runtime = app.state.runtime
-        async with runtime.sessionmaker() as session, session.begin():
+        async with runtime.database.transaction() as session:
             # What a server killed mid-generation leaves behind: a foreground response (its job dropped at claim).
             row = ResponseRow(id="resp_stuck", tenant="public", status="in_progress", model="m", params={}, output=[])
             await repository.insert_response(session, row, [])
@@ -38,7 +38,7 @@ async def test_at_start_up_background_jobs_left_generating_are_taken_over_and_th
         while background["id"] not in dying.runs or dying.runs[background["id"]].produced < 6:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.1)  # the run has died; its lease has not expired
-        async with runtime.sessionmaker() as session:
+        async with runtime.database.read() as session:
             progress = await jobs.progress_of(session, background["id"])
         assert progress is not None and progress.pieces
     restarted = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
@@ -52,7 +52,7 @@ async def test_at_start_up_background_jobs_left_generating_are_taken_over_and_th
                 if resumed["status"] != "in_progress":
                     break
                 await asyncio.sleep(0.02)
-        async with restarted.state.runtime.sessionmaker() as session:
+        async with restarted.state.runtime.database.read() as session:
             stuck = await repository.get_by_id(session, "resp_stuck")
             taken_over = await repository.get_by_id(session, background["id"])
             assert await jobs.progress_of(session, background["id"]) is None
@@ -73,7 +73,7 @@ async def test_an_unreachable_database_is_a_503(tmp_path: Path) -> None:
     async with app.router.lifespan_context(app):
         (tmp_path / "db.sqlite").unlink()
         (tmp_path / "db.sqlite").mkdir()  # the file is now a directory: every connection fails
-        await app.state.runtime.engine.dispose()
+        await app.state.runtime.database.engine.dispose()
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             reply = await client.get("/v1/responses/resp_x")

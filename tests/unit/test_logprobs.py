@@ -6,13 +6,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.events.assembler import ResponseAssembler
+from app.events.logprobs import TokenLogprobs
 from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.responses import ResponseObject
-from app.services.assembly import ResponseAssembler
-from app.services.token_logprobs import TokenLogprobs
-from tests.fakes import FakeRunner
-from tests.protocol import assert_exact_response, assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_exact_response, assert_well_formed_stream
 from tests.unit.test_bad_input import assert_error
 
 LOGPROBS = "message.output_text.logprobs"

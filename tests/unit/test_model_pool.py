@@ -11,11 +11,12 @@ import pytest
 
 from app.config import Settings
 from app.generation.engine import LlamaEngine
+from app.generation.job import GenerationJob
+from app.generation.model_pool import ModelPool
+from app.generation.registry import ModelRegistry, ModelSpec
+from app.generation.runner import ModelRunner
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
-from app.model_registry.spec import ModelRegistry, ModelSpec
-from app.queue.base import GenerationJob, ModelRunner
-from app.queue.model_pool import ModelPool
-from tests.fakes import FakeRunner
+from app.testing.fakes import FakeRunner
 
 
 class Loader:

@@ -9,8 +9,8 @@ import pytest
 
 from app.cli import main
 from app.config import Settings
-from app.model_registry.loading import load_registry
-from app.model_registry.spec import ModelConfigError, ModelRegistry, ModelSpec
+from app.generation.registry import ModelConfigError, ModelRegistry, ModelSpec
+from app.generation.registry_loading import load_registry
 
 
 def gguf(directory: Path, name: str) -> Path:

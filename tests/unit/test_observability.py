@@ -24,16 +24,16 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.types import Message, Receive, Scope, Send
 
+from app.generation.job import GenerationJob
+from app.generation.local_runner import LocalRunner
 from app.generation.types import SamplingParams
+from app.jobs.execution import JobExecutor
 from app.observability import logs, tracing
 from app.observability.logs import JsonFormatter
 from app.observability.metrics import REGISTRY, defined_names
-from app.queue.base import GenerationJob
-from app.queue.local_runner import LocalRunner
-from app.queue.memory_bus import MemoryBus
 from app.runtime import Runtime
-from app.services.execution import execute_job
-from tests.fakes import FakeRunner
+from app.testing.fakes import FakeRunner
+from app.transport.memory_bus import MemoryBus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,7 +217,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 async def traced_client(spans: InMemorySpanExporter, settings) -> AsyncIterator[httpx.AsyncClient]:
     from app.main import create_app
-    from tests.fakes import FakeRenderer, fake_generation
+    from app.testing.fakes import FakeRenderer, fake_generation
 
     app: FastAPI = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
     async with (
@@ -267,7 +267,7 @@ async def test_the_job_payload_carries_the_trace_to_another_process(
     # As a worker reads it: JSON through Redis, in a context that holds no span.
     payload = json.loads(json.dumps(job.to_payload()))
     worker_job = GenerationJob.from_payload(payload)
-    run = execute_job(worker_job, FakeRunner(), app_runtime.sessionmaker, MemoryBus(), owner="worker_x")
+    run = JobExecutor(FakeRunner(), app_runtime.database, MemoryBus(), owner="worker_x").execute(worker_job)
     await asyncio.get_running_loop().create_task(run, context=contextvars.Context())
     generate = next(span for span in spans.get_finished_spans() if span.name == "generate")
     assert generate.context.trace_id == request.get_span_context().trace_id
@@ -327,7 +327,7 @@ async def test_a_scrape_answers_while_the_queue_cannot_be_read_and_counts_the_fa
 async def test_failed_database_statements_are_counted(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     before = await scrape(client)
     with pytest.raises(OperationalError):
-        async with app_runtime.engine.connect() as connection:
+        async with app_runtime.database.engine.connect() as connection:
             await connection.execute(text("SELECT * FROM no_such_table"))
     after = await scrape(client)
     errors = "llama_responses_database_errors_total"

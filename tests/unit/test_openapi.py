@@ -15,7 +15,7 @@ from referencing.jsonschema import DRAFT202012
 
 from app.config import Settings
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 DOC_PATHS = ("/openapi.json", "/docs", "/redoc")
 #: Every route that reads a JSON body, and whether the body is required.

@@ -12,14 +12,14 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.api.deps import OPEN_TENANT
 from app.cli import main
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.db.session import create_engine, create_sessionmaker
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.tenants.identity import OPEN_TENANT
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def _seed(url: str, *, aged: int = 0) -> dict[str, list[str]]:
                     for _ in range(count):
                         reply = await client.post("/v1/responses", json={"model": "m", "input": "hi"})
                         made[key].append(reply.json()["id"])
-            async with app.state.runtime.sessionmaker() as session, session.begin():
+            async with app.state.runtime.database.transaction() as session:
                 past = utc_now() - timedelta(days=40)
                 old = made["alpha"][:aged]
                 await session.execute(update(ResponseRow).where(ResponseRow.id.in_(old)).values(created_at=past))

@@ -8,8 +8,9 @@ import httpx
 import pytest
 
 from app.generation.tokenizer import parse_reasoning_tags
-from tests.fakes import FakeRenderer, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRenderer, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 THINK = ("<think>", "</think>")
 

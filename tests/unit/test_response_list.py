@@ -46,7 +46,7 @@ async def test_newest_first_with_cursor_pages(client: httpx.AsyncClient) -> None
 
 async def test_ties_on_creation_time_neither_skip_nor_repeat(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     created = [await _create(client) for _ in range(4)]
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await session.execute(update(ResponseRow).values(created_at=utc_now()))
     seen: list[str] = []
     after = None
@@ -64,7 +64,7 @@ async def test_filters(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     other = await _create(client, metadata={"team": "b"})
     follow_up = await _create(client, previous_response_id=tagged)
     old = await _create(client)
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await session.execute(
             update(ResponseRow).where(ResponseRow.id == old).values(created_at=utc_now() - timedelta(days=3))
         )

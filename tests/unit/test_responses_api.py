@@ -8,8 +8,9 @@ from openai.types.responses import Response
 from sqlalchemy import event
 
 from app.runtime import Runtime
-from tests.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
-from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
+from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream
 
 REPLY = " ".join(FAKE_REPLY)
 
@@ -193,11 +194,11 @@ async def test_the_chain_is_read_with_a_fixed_number_of_queries(
 
     async def queries_to_chain_onto(previous: str) -> int:
         statements.clear()
-        event.listen(app_runtime.engine.sync_engine, "before_cursor_execute", count)
+        event.listen(app_runtime.database.engine.sync_engine, "before_cursor_execute", count)
         try:
             await create(client, input="next", previous_response_id=previous)
         finally:
-            event.remove(app_runtime.engine.sync_engine, "before_cursor_execute", count)
+            event.remove(app_runtime.database.engine.sync_engine, "before_cursor_execute", count)
         return len(statements)
 
     short = await create(client, input="one")

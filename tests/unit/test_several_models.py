@@ -10,16 +10,19 @@ from pathlib import Path
 import httpx
 import pytest
 from openai.types import Model
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db.session import Database
+from app.generation.model_pool import ModelPool
+from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.renderers import RendererCache
+from app.generation.runner import ModelRunner
+from app.jobs.execution import JobExecutor
 from app.main import create_app
-from app.model_registry.spec import ModelRegistry, ModelSpec
-from app.queue.base import GenerationQueue, ModelAvailability, ModelRunner
-from app.queue.inprocess import InProcessQueue
-from app.queue.model_pool import ModelPool
-from tests.fakes import FakeRenderer, FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
+from app.transport.base import GenerationQueue, ModelAvailability
+from app.transport.inprocess import InProcessQueue
+from app.transport.memory_bus import MemoryBus
 
 MODELS_FILE = """
 default = "small"
@@ -60,11 +63,12 @@ class Models:
 
     def generation(self, max_models: int, queue: type[InProcessQueue] = InProcessQueue):
         async def build(
-            settings: Settings, registry: ModelRegistry, sessionmaker: async_sessionmaker[AsyncSession]
+            settings: Settings, registry: ModelRegistry, database: Database
         ) -> tuple[RendererCache, GenerationQueue]:
             pool = ModelPool(registry, self.load, max_models=max_models)
             cache = RendererCache(lambda spec: self.renderers[spec.id])
-            return cache, queue(pool, sessionmaker, settings.lease_s)
+            bus = MemoryBus()
+            return cache, queue(JobExecutor(pool, database, bus, owner="node_test", lease_s=settings.lease_s), bus)
 
         return build
 

@@ -19,23 +19,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
 from app.db.models import ResponseEventRow, ResponseRow
-from app.db.repositories import jobs
-from app.db.repositories import responses as repository
 from app.errors import is_outage
+from app.generation.job import GenerationJob
 from app.generation.types import GenerationOutput
-from app.queue.base import GenerationJob
+from app.jobs import repository as jobs
+from app.ops.retention import prune_finished_events
+from app.responses import relay, repository, service, submission
+from app.responses.parsing import parse_create_request
 from app.runtime import Runtime
-from app.services import preparation, streams, submission
-from app.services.retention import prune_finished_events
-from app.services.validation import parse_create_request
-from tests.fakes import FakeRun, FakeRunner
-from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRun, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream
 
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(streams, "LIVE_POLL_S", 0.02)
-    monkeypatch.setattr(streams, "TERMINAL_GRACE_S", 0.2)
+    monkeypatch.setattr(relay, "LIVE_POLL_S", 0.02)
+    monkeypatch.setattr(relay, "TERMINAL_GRACE_S", 0.2)
 
 
 async def sse_frames(client: httpx.AsyncClient, method: str, url: str, **kwargs: object) -> list[str]:
@@ -65,7 +65,7 @@ async def test_a_background_stream_opens_before_its_job_starts(
     runner.start = gated  # type: ignore[method-assign]
     # The service, not the ASGI client: httpx's ASGI transport hands over a body only once it is complete.
     body = parse_create_request(b'{"input": "hi", "background": true, "stream": true}', app_runtime.settings)
-    prepared = await preparation.prepare_response(body, "public", app_runtime)
+    prepared = await service.prepare(body, "public", app_runtime)
     stream = await submission.open_stream(app_runtime, prepared, "public")
     opening = [await anext(stream), await anext(stream)]
     assert not release.is_set()  # both arrived while no token was generated
@@ -92,7 +92,7 @@ async def test_a_replay_without_a_stored_terminal_event_ends_with_the_row(
     response_id = events[0]["response"]["id"]
     # As a reconciler that failed the response would leave it: the row terminal, the last events never stored.
     error = {"code": "server_error", "message": "The server stopped before this response finished."}
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await session.execute(
             update(ResponseRow).where(ResponseRow.id == response_id).values(status="failed", error=error, output=[])
         )
@@ -117,12 +117,12 @@ async def test_a_replay_without_a_stored_terminal_event_ends_with_the_row(
 async def test_a_pruned_replay_ends_with_the_stored_response(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     old, recent = await _stored_stream(client), await _stored_stream(client)
     old_id, recent_id = old[0]["response"]["id"], recent[0]["response"]["id"]
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         past = utc_now() - timedelta(hours=2)
         await session.execute(update(ResponseRow).where(ResponseRow.id == old_id).values(updated_at=past))
-    assert await prune_finished_events(app_runtime.sessionmaker, retention_hours=1) == 1
-    assert await prune_finished_events(app_runtime.sessionmaker, retention_hours=0) == 0  # 0: keep forever
-    async with app_runtime.sessionmaker() as session:
+    assert await prune_finished_events(app_runtime.database, retention_hours=1) == 1
+    assert await prune_finished_events(app_runtime.database, retention_hours=0) == 0  # 0: keep forever
+    async with app_runtime.database.read() as session:
         assert await repository.events_after(session, old_id, -1) == []
         assert len(await repository.events_after(session, recent_id, -1)) == len(recent)
     replayed = parse_sse((await client.get(f"/v1/responses/{old_id}", params={"stream": "true"})).text)
@@ -189,7 +189,7 @@ async def test_a_replay_ended_from_a_completed_row_closes_its_items_as_the_row_h
     events = await _stored_stream(client)
     response_id = events[0]["response"]["id"]
     # The last events were never stored (a live relay's were lost, say); the row has the completed response.
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await session.execute(
             delete(ResponseEventRow).where(
                 ResponseEventRow.response_id == response_id, ResponseEventRow.sequence_number >= 6
@@ -296,7 +296,7 @@ async def test_embedded_mode_reconciles_while_running(client: httpx.AsyncClient,
         lease_owner="node_gone",
         lease_expires_at=utc_now() - timedelta(seconds=1),
     )
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await repository.insert_response(session, row, [])
     for _ in range(200):
         body = (await client.get("/v1/responses/resp_orphan")).json()

@@ -8,12 +8,12 @@ import threading
 from typing import Any
 
 from app.api.sse import event_frame
+from app.events.encoding import EncodedEvent as ReceivedEvent
 from app.generation.engine import GenerationRequest
+from app.generation.job import GenerationJob
+from app.generation.local_runner import LocalRunner
 from app.generation.types import Finish, GenerationOutput, SamplingParams
-from app.queue.base import GenerationJob
-from app.queue.local_runner import LocalRunner
-from app.queue.memory_bus import MemoryBus
-from app.queue.redis_bus import ReceivedEvent
+from app.transport.memory_bus import MemoryBus
 
 
 class ThreadEngine:

@@ -8,11 +8,14 @@ from typing import Any
 import httpx
 import pytest
 
-from app.queue.inprocess import InProcessQueue
-from app.queue.memory_bus import MemoryBus
+from app.events.terminal import TERMINAL_EVENT_TYPES
+from app.jobs.execution import JobExecutor
+from app.responses import relay
 from app.runtime import Runtime
-from app.services import streams
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.sse import parse_sse
+from app.transport.inprocess import InProcessQueue
+from app.transport.memory_bus import MemoryBus
+from tests.protocol import assert_well_formed_stream
 
 
 class LateBus(MemoryBus):
@@ -24,22 +27,23 @@ class LateBus(MemoryBus):
         self.drop_terminal = drop_terminal
 
     async def publish(self, response_id: str, event: dict[str, Any]) -> None:
-        if event["type"] in streams.TERMINAL_EVENT_TYPES or event["type"].endswith(".done"):
-            if self.drop_terminal and event["type"] in streams.TERMINAL_EVENT_TYPES:
+        if event["type"] in TERMINAL_EVENT_TYPES or event["type"].endswith(".done"):
+            if self.drop_terminal and event["type"] in TERMINAL_EVENT_TYPES:
                 return
             await asyncio.sleep(self.delay_s)
         await super().publish(response_id, event)
 
 
 def use_bus(runtime: Runtime, bus: MemoryBus) -> None:
-    assert isinstance(runtime.queue, InProcessQueue)
-    runtime.queue.bus = bus
+    """Where the jobs publish and the relays subscribe."""
+    assert isinstance(runtime.queue, InProcessQueue) and isinstance(runtime.queue.executor, JobExecutor)
+    runtime.queue.bus = runtime.queue.executor.bus = bus
 
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(streams, "LIVE_POLL_S", 0.02)
-    monkeypatch.setattr(streams, "TERMINAL_GRACE_S", 0.5)
+    monkeypatch.setattr(relay, "LIVE_POLL_S", 0.02)
+    monkeypatch.setattr(relay, "TERMINAL_GRACE_S", 0.5)
 
 
 async def test_events_published_after_the_final_commit_still_reach_the_stream(

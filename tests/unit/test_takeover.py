@@ -15,15 +15,16 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db.base import utc_now
 from app.db.models import GenerationProgressRow, ResponseRow
-from app.db.repositories import jobs
-from app.db.repositories import responses as repository
 from app.generation.types import ModelLoadError
+from app.jobs import event_batches
+from app.jobs import repository as jobs
+from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.jobs.writes import store_with_retries
+from app.responses import repository
 from app.runtime import Runtime
-from app.services import event_batches
-from app.services.job_progress import store_with_retries
-from app.services.recovery import Reconciler, RecoveryPolicy
-from tests.fakes import FakeRunner
-from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_well_formed_stream
 
 # Reconciliation rounds are run by hand here (the server's own loop would race them).
 pytestmark = pytest.mark.settings(lease_s=1, max_attempts=2, reconcile_interval_s=3600)
@@ -31,11 +32,11 @@ STREAM = {"input": "hi", "background": True, "stream": True}
 
 
 def reconciler(runtime: Runtime) -> Reconciler:
-    return Reconciler(runtime.sessionmaker, runtime.queue, RecoveryPolicy.from_settings(runtime.settings))
+    return Reconciler(runtime.database, runtime.queue, RecoveryPolicy.from_settings(runtime.settings))
 
 
 async def row_of(runtime: Runtime, response_id: str) -> ResponseRow:
-    async with runtime.sessionmaker() as session:
+    async with runtime.database.read() as session:
         row = await repository.get_by_id(session, response_id)
     assert row is not None
     return row
@@ -68,7 +69,7 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     await asyncio.sleep(1.2)
     assert (await row_of(app_runtime, response_id)).status == "in_progress"
     # Progress is appended, a row per stored event batch holding only what was new: no piece stored twice.
-    async with app_runtime.sessionmaker() as session:
+    async with app_runtime.database.read() as session:
         steps = (await session.execute(select(GenerationProgressRow).order_by(GenerationProgressRow.position))).all()
     assert [row.position for (row,) in steps] == list(range(len(steps))) and len(steps) > 1
     assert [piece for (row,) in steps for piece in row.pieces] == ["w0", " w1", " w2", " w3", " w4"]
@@ -88,7 +89,7 @@ async def test_a_dead_run_is_taken_over_and_its_stream_goes_on_exactly_once(
     assert replayed == events
     row = await row_of(app_runtime, response_id)
     assert row.attempts == 2 and row.job is None
-    async with app_runtime.sessionmaker() as session:
+    async with app_runtime.database.read() as session:
         assert await jobs.progress_of(session, response_id) is None  # dropped with the job
 
 
@@ -143,12 +144,12 @@ async def test_a_run_whose_response_was_ended_meanwhile_publishes_what_the_row_s
     await asyncio.sleep(0.1)
     # As if the run's lease had expired during a database outage and been given to someone else, then the
     # response failed by reconciliation.
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         past = utc_now() - timedelta(seconds=5)
         lost = {"lease_expires_at": past, "lease_owner": "worker_gone"}
         await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**lost))
     policy = RecoveryPolicy(lease_s=1, max_attempts=1)
-    ended = await Reconciler(app_runtime.sessionmaker, app_runtime.queue, policy).run_round()
+    ended = await Reconciler(app_runtime.database, app_runtime.queue, policy).run_round()
     assert ended.ended == 1
     events = parse_sse((await live).text)
     final = assert_well_formed_stream(events)
@@ -168,7 +169,7 @@ async def test_a_stored_cancel_without_its_signal_is_honoured_by_the_run(
     await started(runner)
     # A cancel stored whose signal never came (lost while the cancel listener reconnected): the run's
     # heartbeat reads it.
-    async with app_runtime.sessionmaker() as session, session.begin():
+    async with app_runtime.database.transaction() as session:
         await jobs.request_cancel(session, created["id"], now=utc_now())
     await until(lambda: runner.runs[created["id"]].cancelled)
     done = (await client.get(f"/v1/responses/{created['id']}")).json()
@@ -243,7 +244,7 @@ async def test_a_background_job_without_a_stream_is_taken_over_from_what_its_hea
     await until(lambda: runner.runs[created["id"]].produced == 6)
     runner.crash_after = None
     await asyncio.sleep(1.2)  # the dead run's lease expires
-    async with app_runtime.sessionmaker() as session:
+    async with app_runtime.database.read() as session:
         progress = await jobs.progress_of(session, created["id"])
     assert progress is not None and progress.pieces == [f"{' ' if n else ''}w{n}" for n in range(len(progress.pieces))]
     assert (await reconciler(app_runtime).run_round()).taken_over == 1
@@ -270,7 +271,7 @@ async def test_a_run_that_dies_before_any_text_is_taken_over_without_storing_its
     response_id = await started(runner)
     runner.crash_after = None
     await asyncio.sleep(1.2)
-    async with app_runtime.sessionmaker() as session:
+    async with app_runtime.database.read() as session:
         assert await jobs.progress_of(session, response_id) is None
         assert [event["type"] for event in await repository.events_after(session, response_id, -1)] == [
             "response.created",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import httpx
 
-from app.api.deps import OPEN_TENANT
+from app.generation.job import GenerationJob
 from app.generation.types import SamplingParams
-from app.queue.arq_backend import affinity_owner_key
-from app.queue.base import GenerationJob
-from tests.fakes import FakeRunner
+from app.tenants.identity import OPEN_TENANT
+from app.testing.fakes import FakeRunner
+from app.transport.redis_queue import affinity_owner_key
 
 
 async def test_every_job_carries_its_tenant(

@@ -7,8 +7,9 @@ import json
 import httpx
 import pytest
 
-from tests.fakes import FakeRenderer, FakeRunner
-from tests.protocol import assert_well_formed_stream, parse_sse
+from app.testing.fakes import FakeRenderer, FakeRunner
+from app.testing.sse import parse_sse
+from tests.protocol import assert_well_formed_stream
 
 WEATHER = {
     "type": "function",

@@ -16,9 +16,9 @@ from sqlalchemy.exc import DBAPIError
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from app.config import Settings
-from app.db.repositories import responses as repository
 from app.main import create_app
-from tests.fakes import FakeRenderer, FakeRunner, fake_generation
+from app.responses import repository
+from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
 
 

@@ -21,7 +21,7 @@ class ConversationRow(Base):
     #: Bumped by every change to the items: a response claims the conversation only if it is unchanged
     #: since the response read it as its context.
     revision: Mapped[int] = mapped_column(Integer, default=0)
-    #: The response running on this conversation now (see repositories.conversations.claim).
+    #: The response running on this conversation now (see app/conversations/repository.py: claim).
     active_response_id: Mapped[str | None] = mapped_column(String(64), default=None)
     locked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

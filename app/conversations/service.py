@@ -1,0 +1,145 @@
+"""The Conversations API: create, retrieve, update, delete a conversation; add, list, retrieve, delete items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.conversations import repository
+from app.conversations.schemas import ConversationItemList, ConversationObject, DeletedConversation
+from app.conversations.turns import conversation_not_found
+from app.db.base import utc_now
+from app.db.models import ConversationRow
+from app.db.session import Database
+from app.errors import NotFound
+from app.ids import new_id
+from app.items.compaction import check_compactions
+from app.items.includes import with_includes
+from app.items.normalization import normalize_input
+from app.items.paging import stored_item_page
+from app.items.references import resolve_references
+from app.items.repository import CONVERSATION_ITEMS
+from app.runtime import Runtime
+from app.schemas.items import STORED_ITEM, InputItem, Item
+from app.schemas.paging import PageRequest, cursor_page
+
+
+def _conversation(row: ConversationRow) -> ConversationObject:
+    return ConversationObject(id=row.id, created_at=int(row.created_at.timestamp()), metadata=row.metadata_ or {})
+
+
+def item_not_found(item_id: str) -> NotFound:
+    return NotFound(f"Item with id '{item_id}' not found.", param="item_id")
+
+
+async def _stored_items(runtime: Runtime, entries: list[InputItem], tenant: str) -> list[dict[str, Any]]:
+    """Input items as a conversation keeps them: normalised, references resolved, compactions verified."""
+    items = normalize_input(entries)
+    await resolve_references(runtime.database, items, tenant, param="items")
+    check_compactions(runtime.sealer, tenant, items, "items")
+    return items
+
+
+async def _owned(session: AsyncSession, conversation_id: str, tenant: str) -> ConversationRow:
+    row = await repository.get_conversation(session, conversation_id, tenant)
+    if row is None:
+        raise conversation_not_found(conversation_id)
+    return row
+
+
+async def create_conversation(
+    runtime: Runtime, tenant: str, *, items: list[InputItem] | None, metadata: dict[str, str] | None
+) -> ConversationObject:
+    stored = await _stored_items(runtime, items or [], tenant)
+    row = ConversationRow(id=new_id("conv"), tenant=tenant, metadata_=metadata or {}, created_at=utc_now())
+    async with runtime.database.transaction() as session:
+        await repository.insert_conversation(session, row, stored)
+    return _conversation(row)
+
+
+async def get_conversation(database: Database, conversation_id: str, tenant: str) -> ConversationObject:
+    async with database.read() as session:
+        return _conversation(await _owned(session, conversation_id, tenant))
+
+
+async def update_conversation(
+    database: Database, conversation_id: str, tenant: str, metadata: dict[str, str] | None
+) -> ConversationObject:
+    async with database.transaction() as session:
+        if not await repository.set_metadata(session, conversation_id, tenant, metadata or {}):
+            raise conversation_not_found(conversation_id)
+        return _conversation(await _owned(session, conversation_id, tenant))
+
+
+async def delete_conversation(database: Database, conversation_id: str, tenant: str) -> DeletedConversation:
+    """The conversation and its items; the responses that ran on it stay."""
+    async with database.transaction() as session:
+        if not await repository.delete_conversation(session, conversation_id, tenant):
+            raise conversation_not_found(conversation_id)
+    return DeletedConversation(id=conversation_id)
+
+
+async def add_items(
+    runtime: Runtime,
+    conversation_id: str,
+    tenant: str,
+    entries: list[InputItem],
+    *,
+    includes: frozenset[str] = frozenset(),
+) -> ConversationItemList:
+    """Append items by hand; they are in the context of the next response on the conversation."""
+    async with runtime.database.read() as session:
+        await _owned(session, conversation_id, tenant)
+    stored = await _stored_items(runtime, entries, tenant)
+    async with runtime.database.transaction() as session:
+        if not await repository.append_items(session, conversation_id, stored):
+            raise conversation_not_found(conversation_id)
+    data = with_includes([STORED_ITEM.validate_python(item) for item in stored], includes)
+    return cursor_page(ConversationItemList, data, has_more=False)
+
+
+async def list_items(
+    database: Database,
+    conversation_id: str,
+    tenant: str,
+    page: PageRequest,
+    *,
+    includes: frozenset[str] = frozenset(),
+) -> ConversationItemList:
+    async with database.read() as session:
+        await _owned(session, conversation_id, tenant)
+        return await stored_item_page(
+            session,
+            CONVERSATION_ITEMS,
+            conversation_id,
+            page,
+            ConversationItemList,
+            includes=includes,
+            unknown_after=lambda after: f"Invalid 'after': no item '{after}' in conversation '{conversation_id}'.",
+        )
+
+
+async def get_item(
+    database: Database,
+    conversation_id: str,
+    item_id: str,
+    tenant: str,
+    *,
+    includes: frozenset[str] = frozenset(),
+) -> Item:
+    async with database.read() as session:
+        await _owned(session, conversation_id, tenant)
+        item = await repository.get_item(session, conversation_id, item_id)
+    if item is None:
+        raise item_not_found(item_id)
+    return with_includes([STORED_ITEM.validate_python(item)], includes)[0]
+
+
+async def delete_item(database: Database, conversation_id: str, item_id: str, tenant: str) -> ConversationObject:
+    """Remove the item from the conversation (every copy of that id in it); returns the conversation."""
+    async with database.transaction() as session:
+        row = await _owned(session, conversation_id, tenant)
+        if not await repository.delete_item(session, conversation_id, item_id):
+            raise item_not_found(item_id)
+        return _conversation(row)

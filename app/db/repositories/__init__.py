@@ -1,1 +1,0 @@
-"""Every query the server makes lives in this package."""

@@ -1,0 +1,411 @@
+"""Generation output -> the Response it builds and the stream events on the way (one path for JSON and SSE).
+
+The model's text is read in up to three parts, in order: a reasoning section (between the model's reasoning
+tags, when it has them), the answer (a message), and function calls (from the first call tag on, when
+functions are offered). Text that may be the start of a tag is held back until it is clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.events.item_events import item_done_events
+from app.events.logprobs import TokenLogprobs
+from app.generation.prompt import encode_reasoning
+from app.generation.tool_calls import CALL_OPEN, held_back, parse_calls
+from app.generation.types import Finish, ScoredPiece
+from app.ids import new_id
+from app.schemas.events import (
+    ContentPartEvent,
+    CustomToolCallInputDeltaEvent,
+    CustomToolCallInputDoneEvent,
+    ErrorEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputItemEvent,
+    OutputTextDeltaEvent,
+    ReasoningTextDeltaEvent,
+    ResponseEvent,
+    ResponseLifecycleEvent,
+)
+from app.schemas.items import (
+    STORED_ITEM,
+    Item,
+    MessageItem,
+    OutputText,
+    ReasoningText,
+    StoredCustomToolCall,
+    StoredFunctionCall,
+    StoredReasoning,
+)
+from app.schemas.responses import (
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputTokensDetails,
+    ResponseError,
+    ResponseObject,
+    Usage,
+)
+
+FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}
+#: What the API sends of a background stream before any worker takes its job.
+OPENING_EVENT_TYPES = ("response.created", "response.queued")
+
+
+def opening_events(response: ResponseObject) -> list[ResponseLifecycleEvent]:
+    """`response.created` and `response.queued` of a queued response, sequence numbers 0 and 1."""
+    return [
+        ResponseLifecycleEvent(type=kind, sequence_number=number, response=response.model_copy(deep=True))
+        for number, kind in enumerate(OPENING_EVENT_TYPES)
+    ]
+
+
+class ResponseAssembler:
+    """Grows one Response from text pieces; every method returns the events that step produced, in order.
+
+    `functions` maps each offered function name to its namespace (None outside a namespace);
+    `reasoning_tags` are the model's (open, close) reasoning markers, if it has any. With `logprobs`, the
+    pieces are ScoredPieces and the answer's part and deltas carry their tokens' logprobs.
+    """
+
+    def __init__(
+        self,
+        response: ResponseObject,
+        functions: dict[str, str | None] | None = None,
+        reasoning_tags: tuple[str, str] | None = None,
+        *,
+        custom_tools: set[str] | None = None,
+        encrypted_reasoning: bool = False,
+        leading_items: list[dict[str, Any]] | None = None,
+        logprobs: bool = False,
+        parallel_tool_calls: bool = True,
+        ids: Callable[[str], str] = new_id,
+        announced: bool = False,
+    ) -> None:
+        self.response = response
+        #: Where item and call ids come from: a takeover replays the ids the first run gave out.
+        self._ids = ids
+        self._functions = functions or {}
+        self._custom_tools = custom_tools or set()
+        self._tags = reasoning_tags
+        self._encrypted_reasoning = encrypted_reasoning
+        #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
+        self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
+        self._logprobs = TokenLogprobs() if logprobs else None
+        self._parallel_tool_calls = parallel_tool_calls
+        #: The API sent the opening events (see `opening_events`): ours follow them.
+        self._announced = announced
+        self._sequence = len(OPENING_EVENT_TYPES) if announced else 0
+        self._raw = ""  # everything the model said
+        self._phase = "undecided" if reasoning_tags else "answer"
+        self._reasoning: StoredReasoning | None = None
+        self._reasoning_from = 0
+        self._reasoning_sent = 0
+        self._reasoning_pieces = 0
+        self._message: MessageItem | None = None
+        self._answer_from = 0  # where the answer starts in _raw
+        self._sent = 0  # how far the answer went out as message text
+        self._calls_from: int | None = None  # where the first call tag starts
+
+    def _next(self) -> int:
+        self._sequence += 1
+        return self._sequence - 1
+
+    def _lifecycle(self, kind: str) -> ResponseLifecycleEvent:
+        snapshot = self.response.model_copy(deep=True)
+        return ResponseLifecycleEvent(type=f"response.{kind}", sequence_number=self._next(), response=snapshot)
+
+    def start(self) -> list[ResponseEvent]:
+        events: list[ResponseEvent] = [] if self._announced else [self._lifecycle("created")]
+        events.append(self._lifecycle("in_progress"))
+        for index, item in enumerate(self._leading):
+            for kind in ("response.output_item.added", "response.output_item.done"):
+                events.append(OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item))
+        return events
+
+    @property
+    def _reasoning_index(self) -> int:
+        return len(self._leading)
+
+    # Reasoning -----------------------------------------------------------------------------------------
+
+    def _decide(self) -> list[ResponseEvent]:
+        """Is the output opening with a reasoning section? Undecided while it could still be."""
+        assert self._tags is not None
+        opening = len(self._raw) - len(self._raw.lstrip())
+        rest = self._raw[opening:]
+        if rest.startswith(self._tags[0]):
+            self._phase = "reasoning"
+            self._reasoning_from = self._reasoning_sent = opening + len(self._tags[0])
+            self._reasoning = StoredReasoning(id=self._ids("rs"), content=[], status="in_progress")
+            return [
+                OutputItemEvent(
+                    type="response.output_item.added",
+                    sequence_number=self._next(),
+                    output_index=self._reasoning_index,
+                    item=self._reasoning.model_copy(deep=True),
+                )
+            ]
+        if not self._tags[0].startswith(rest):
+            self._phase = "answer"
+        return []
+
+    def _send_reasoning(self, upto: int) -> list[ResponseEvent]:
+        assert self._reasoning is not None
+        delta = self._raw[self._reasoning_sent : upto]
+        if not delta:
+            return []
+        self._reasoning_sent = upto
+        return [
+            ReasoningTextDeltaEvent(
+                sequence_number=self._next(),
+                item_id=self._reasoning.id,
+                output_index=self._reasoning_index,
+                content_index=0,
+                delta=delta,
+            )
+        ]
+
+    def _close_reasoning(self, status: str) -> list[ResponseEvent]:
+        assert self._reasoning is not None
+        text = self._raw[self._reasoning_from : self._reasoning_sent]
+        encrypted = encode_reasoning(text) if self._encrypted_reasoning else None
+        self._reasoning = self._reasoning.model_copy(
+            update={"content": [ReasoningText(text=text)], "status": status, "encrypted_content": encrypted}
+        )
+        return item_done_events(self._reasoning, self._reasoning_index, self._next)
+
+    def _reason(self) -> list[ResponseEvent]:
+        assert self._tags is not None
+        self._reasoning_pieces += 1
+        close = self._raw.find(self._tags[1], self._reasoning_from)
+        if close < 0:
+            return self._send_reasoning(len(self._raw) - held_back(self._raw, self._tags[1]))
+        events = [*self._send_reasoning(close), *self._close_reasoning("completed")]
+        self._phase = "answer"
+        self._answer_from = self._sent = close + len(self._tags[1])
+        return events
+
+    # The answer ----------------------------------------------------------------------------------------
+
+    @property
+    def _message_index(self) -> int:
+        return self._reasoning_index + (1 if self._reasoning is not None else 0)
+
+    def _part_event(self, kind: str, message: MessageItem, part: OutputText) -> ContentPartEvent:
+        return ContentPartEvent(
+            type=kind,
+            sequence_number=self._next(),
+            item_id=message.id,
+            output_index=self._message_index,
+            content_index=0,
+            part=part,
+        )
+
+    def _open_message(self) -> list[ResponseEvent]:
+        message = MessageItem(id=self._ids("msg"), role="assistant", content=[], status="in_progress")
+        self._message = message
+        return [
+            OutputItemEvent(
+                type="response.output_item.added",
+                sequence_number=self._next(),
+                output_index=self._message_index,
+                item=message.model_copy(deep=True),
+            ),
+            self._part_event("response.content_part.added", message, OutputText(type="output_text", text="")),
+        ]
+
+    def _send_text(self, upto: int) -> list[ResponseEvent]:
+        if self._message is None:  # the answer starts after the whitespace that follows the reasoning
+            while self._sent < upto and self._raw[self._sent].isspace():
+                self._sent += 1
+            self._answer_from = self._sent
+        delta = self._raw[self._sent : upto]
+        if not delta:
+            return []
+        events = self._open_message() if self._message is None else []
+        assert self._message is not None
+        start, self._sent = self._sent, upto
+        events.append(
+            OutputTextDeltaEvent(
+                sequence_number=self._next(),
+                item_id=self._message.id,
+                output_index=self._message_index,
+                content_index=0,
+                delta=delta,
+                logprobs=self._logprobs.for_event(delta, start) if self._logprobs else [],
+            )
+        )
+        return events
+
+    def _answer(self) -> list[ResponseEvent]:
+        if self._calls_from is not None:
+            return []
+        if not self._functions:
+            return self._send_text(len(self._raw))
+        tag = self._raw.find(CALL_OPEN, self._sent)
+        if tag >= 0:
+            self._calls_from = tag
+            return self._send_text(tag)
+        return self._send_text(len(self._raw) - held_back(self._raw))
+
+    def text(self, piece: str | ScoredPiece) -> list[ResponseEvent]:
+        if isinstance(piece, ScoredPiece):
+            if self._logprobs is not None:
+                self._logprobs.add(piece, len(self._raw))
+            piece = piece.text
+        elif self._logprobs is not None:
+            self._logprobs.extend_last(len(self._raw) + len(piece))
+        self._raw += piece
+        events = self._decide() if self._phase == "undecided" else []
+        if self._phase == "reasoning":
+            events += self._reason()
+        if self._phase == "answer":
+            events += self._answer()
+        return events
+
+    # Function calls ------------------------------------------------------------------------------------
+
+    def _calls(self) -> list[StoredFunctionCall | StoredCustomToolCall]:
+        if self._calls_from is None:
+            return []
+        kinds = {name: "custom" if name in self._custom_tools else "function" for name in self._functions}
+        parsed = parse_calls(self._raw[self._calls_from :], kinds)
+        if parsed is None:  # not well-formed calls after all: it was text
+            self._calls_from = None
+            return []
+        if not self._parallel_tool_calls:
+            parsed = parsed[:1]
+        calls: list[StoredFunctionCall | StoredCustomToolCall] = []
+        for call in parsed:
+            namespace = self._functions[call.name]
+            if call.name in self._custom_tools:
+                calls.append(
+                    StoredCustomToolCall(
+                        id=self._ids("ctc"),
+                        call_id=self._ids("call"),
+                        name=call.name,
+                        input=call.arguments,
+                        namespace=namespace,
+                    )
+                )
+            else:
+                calls.append(
+                    StoredFunctionCall(
+                        id=self._ids("fc"),
+                        call_id=self._ids("call"),
+                        name=call.name,
+                        arguments=call.arguments,
+                        namespace=namespace,
+                    )
+                )
+        return calls
+
+    def _call_events(self, call: StoredFunctionCall | StoredCustomToolCall, index: int) -> list[ResponseEvent]:
+        custom = isinstance(call, StoredCustomToolCall)
+        opening: Item = (
+            call.model_copy(update={"input": ""})
+            if custom
+            else call.model_copy(update={"arguments": "", "status": "in_progress"})
+        )
+        events: list[ResponseEvent] = [
+            OutputItemEvent(
+                type="response.output_item.added", sequence_number=self._next(), output_index=index, item=opening
+            )
+        ]
+        if isinstance(call, StoredCustomToolCall):
+            events += [
+                CustomToolCallInputDeltaEvent(
+                    sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.input
+                ),
+                CustomToolCallInputDoneEvent(
+                    sequence_number=self._next(), item_id=call.id, output_index=index, input=call.input
+                ),
+            ]
+        else:
+            events += [
+                FunctionCallArgumentsDeltaEvent(
+                    sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.arguments
+                ),
+                FunctionCallArgumentsDoneEvent(
+                    sequence_number=self._next(), item_id=call.id, output_index=index, arguments=call.arguments
+                ),
+            ]
+        events.append(
+            OutputItemEvent(
+                type="response.output_item.done", sequence_number=self._next(), output_index=index, item=call
+            )
+        )
+        return events
+
+    # The end -------------------------------------------------------------------------------------------
+
+    def _answer_part(self) -> OutputText:
+        text = self._raw[self._answer_from : self._sent]
+        logprobs = self._logprobs.for_part(text, self._answer_from) if self._logprobs else []
+        return OutputText(type="output_text", text=text, logprobs=logprobs)
+
+    def _close_message(self, status: str) -> list[ResponseEvent]:
+        assert self._message is not None
+        part = self._answer_part()
+        message = self._message.model_copy(
+            update={"content": [part], "status": "completed" if status == "completed" else "incomplete"}
+        )
+        self._message = message
+        logprobs = self._logprobs.for_event(part.text, self._answer_from) if self._logprobs else []
+        return item_done_events(message, self._message_index, self._next, logprobs=logprobs)
+
+    def finish(self, finish: Finish, *, completed_at: int) -> list[ResponseEvent]:
+        """Close the output items and the response; `self.response` is then the final Response to store."""
+        status = FINAL_STATUS[finish.reason]
+        events: list[ResponseEvent] = []
+        if self._phase == "undecided":  # only whitespace, or the start of a tag that never came
+            self._phase = "answer"
+        if self._phase == "reasoning":  # cut off while reasoning
+            events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        calls = self._calls() if status == "completed" else []
+        if not calls:
+            events += self._send_text(len(self._raw))
+        if self._message is None and not calls:
+            events += self._open_message()
+        if self._message is not None:
+            events += self._close_message(status)
+        first_call = self._message_index + (1 if self._message is not None else 0)
+        for offset, call in enumerate(calls):
+            events += self._call_events(call, first_call + offset)
+        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
+        self.response.output = [*self._leading, *finished, *calls]
+        self.response.status = status  # type: ignore[assignment]
+        self.response.usage = Usage(
+            input_tokens=finish.prompt_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=finish.cached_tokens),
+            output_tokens=finish.output_tokens,
+            # NOTE: counted as the text pieces of the reasoning section, one a token but for split UTF-8.
+            output_tokens_details=OutputTokensDetails(
+                reasoning_tokens=min(self._reasoning_pieces, finish.output_tokens)
+            ),
+            total_tokens=finish.prompt_tokens + finish.output_tokens,
+        )
+        if status == "incomplete":
+            self.response.incomplete_details = IncompleteDetails(reason="max_output_tokens")
+        if status == "completed":
+            self.response.completed_at = completed_at
+        events.append(self._lifecycle(status))
+        return events
+
+    def fail(self, message: str, *, code: str = "server_error") -> list[ResponseEvent]:
+        """The opened items closed as `incomplete` (so a stream's reader sees every item end), then the `error`
+        event and `response.failed`, the output so far in its response."""
+        events: list[ResponseEvent] = []
+        if self._phase == "reasoning":
+            events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        if self._message is not None and self._message.status == "in_progress":
+            events += self._close_message("incomplete")
+        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
+        self.response.status = "failed"
+        self.response.error = ResponseError(code=code, message=message)
+        self.response.output = [*self._leading, *finished]
+        events.append(ErrorEvent(sequence_number=self._next(), code=code, message=message))
+        events.append(self._lifecycle("failed"))
+        return events

@@ -1,0 +1,74 @@
+"""GenerationJob: one response's generation as every layer hands it on: the API makes it, a transport carries
+it, the job execution runs it, a model runner generates from it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.generation.types import SamplingParams
+from app.observability.job_context import job_telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationJob:
+    """Everything a generation needs. The prompt and the Response snapshot travel with the job, so a worker
+    reads no history (and `store: false` jobs need no database at all).
+
+    The job id is the response id: a retried enqueue cannot start two generations of one response.
+    """
+
+    response_id: str
+    prompt_tokens: list[int]
+    sampling: SamplingParams
+    #: The Response as created (status queued), as JSON: the executor grows it into the final one.
+    response: dict[str, Any]
+    store: bool
+    #: Persist every event (background + stream), so that GET ?stream=true can replay it from any node.
+    keep_events: bool
+    #: Whose request this is: the prefix cache and affinity routing never share state between tenants.
+    tenant: str
+    #: The served model's id (never an alias): the queue and the weights it runs on.
+    model: str = ""
+    #: Functions offered to the model, name -> namespace; their calls are read out of its text.
+    functions: dict[str, str | None] = field(default_factory=dict)
+    #: Which of those are custom tools (free-text input) rather than functions (JSON arguments).
+    custom_tools: list[str] = field(default_factory=list)
+    #: The model's (open, close) reasoning markers; its reasoning section becomes a reasoning item.
+    reasoning_tags: tuple[str, str] | None = None
+    #: include: ["reasoning.encrypted_content"]: hand the reasoning back for a stateless client to resend.
+    encrypted_reasoning: bool = False
+    #: parallel_tool_calls: false keeps only the first of several calls the model writes.
+    parallel_tool_calls: bool = True
+    #: Jobs with the same key likely share a prompt prefix (prompt_cache_key, or the chain's first response):
+    #: distributed mode sends them to the worker that ran the last one, whose cache holds that prefix.
+    affinity_key: str | None = None
+    #: The conversation this response runs on: once it completes, `conversation_input` then its output are
+    #: appended to it in the commit of its final state (store: false included, hence the items travel along).
+    conversation_id: str | None = None
+    conversation_input: list[dict[str, Any]] = field(default_factory=list)
+    #: Output items that exist before the model speaks (a compaction item): sent first, kept first.
+    leading_items: list[dict[str, Any]] = field(default_factory=list)
+    #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
+    #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
+    announced: bool = False
+    #: The trace context, request id and queueing time of the request that made the job (see job_telemetry).
+    telemetry: dict[str, Any] = field(default_factory=job_telemetry)
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> GenerationJob:
+        tags = payload.get("reasoning_tags")
+        return cls(
+            **{
+                # A job queued before jobs carried their tenant gets a scope of its own (it shares no cache).
+                "tenant": f"job:{payload['response_id']}",
+                # A job queued before jobs named their model: the one its Response names.
+                "model": payload["response"].get("model", ""),
+                **payload,
+                "sampling": SamplingParams(**payload["sampling"]),
+                "reasoning_tags": (tags[0], tags[1]) if tags else None,
+            }
+        )

@@ -1,0 +1,128 @@
+"""The model in this process: jobs become requests to one batched LlamaEngine; used by embedded mode and
+by workers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+from app.generation.engine import GenerationRequest, LlamaEngine
+from app.generation.job import GenerationJob
+from app.generation.types import Finish, GenerationFailed, GenerationOutput
+from app.observability.metrics import ACTIVE_SEQUENCES, FREE_SEQUENCES, PREFIX_CACHE_BYTES, SEQUENCE_WAITING_JOBS
+
+
+def report_sequences(model: str, *, running: int, slots: int, prefix_cache_bytes: int) -> None:
+    """A runner's state: generations decoding, sequences free, jobs waiting for one, saved prefix bytes."""
+    ACTIVE_SEQUENCES.labels(model).set(min(running, slots))
+    FREE_SEQUENCES.labels(model).set(max(slots - running, 0))
+    SEQUENCE_WAITING_JOBS.labels(model).set(max(running - slots, 0))
+    PREFIX_CACHE_BYTES.labels(model).set(prefix_cache_bytes)
+
+
+class Mailbox:
+    """Outputs from the engine thread to the event loop: what arrives before the loop gets to it (the tokens of
+    every sequence of one decode step) is handed over in one wake-up, not one thread hop each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._outputs: deque[tuple[LocalRun, GenerationOutput]] = deque()
+        self._wake_pending = False
+
+    def post(self, run: LocalRun, output: GenerationOutput) -> None:
+        """On the engine thread. deque.append is atomic; a wake-up already pending will find this output."""
+        self._outputs.append((run, output))
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        # Cleared before draining: an output posted after the last pop schedules a wake-up of its own.
+        self._wake_pending = False
+        outputs = self._outputs
+        while outputs:
+            run, output = outputs.popleft()
+            run.deliver(output)
+
+
+class LocalRun:
+    """A job's generation: the engine thread hands each output to the event loop (through `mailbox`)."""
+
+    def __init__(
+        self, job: GenerationJob, engine: LlamaEngine, on_done: Callable[[], object], mailbox: Mailbox
+    ) -> None:
+        self.job = job
+        self._on_done = on_done
+        self._outputs: asyncio.Queue[GenerationOutput] = asyncio.Queue()
+        self._request = GenerationRequest(
+            job.prompt_tokens,
+            job.sampling,
+            emit=lambda output: mailbox.post(self, output),
+            cache_scope=job.tenant,
+        )
+        engine.submit(self._request)
+
+    def deliver(self, output: GenerationOutput) -> None:
+        self._outputs.put_nowait(output)
+        if isinstance(output, Finish | GenerationFailed):
+            self._on_done()
+
+    def cancel(self) -> None:
+        self._request.cancelled.set()
+
+    async def outputs(self) -> AsyncIterator[GenerationOutput]:
+        while True:
+            # What is already there is taken without a wait (a Queue.get that waits costs a future and a wake-up).
+            output = self._outputs.get_nowait() if not self._outputs.empty() else await self._outputs.get()
+            yield output
+            if isinstance(output, Finish | GenerationFailed):
+                return
+
+
+class LocalRunner:
+    """Starts jobs on the engine, which runs up to its `slots` of them at once; the rest wait in order."""
+
+    def __init__(self, engine: LlamaEngine) -> None:
+        self.engine = engine
+        self._runs: dict[str, LocalRun] = {}
+        #: One for the event loop that starts runs (created with the first): the engine's way back to it.
+        self._mailbox: Mailbox | None = None
+        #: The models whose gauges this runner set (one, in practice), zeroed when it closes.
+        self._reported: set[str] = set()
+
+    def start(self, job: GenerationJob) -> LocalRun:
+        model = job.model
+
+        def done() -> None:
+            self._runs.pop(job.response_id, None)
+            self._report(model)
+
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = Mailbox(loop)
+        run = LocalRun(job, self.engine, on_done=done, mailbox=self._mailbox)
+        self._runs[job.response_id] = run
+        self._report(model)
+        return run
+
+    def _report(self, model: str) -> None:
+        self._reported.add(model)
+        engine = self.engine
+        report_sequences(model, running=len(self._runs), slots=engine.slots, prefix_cache_bytes=engine.cached_bytes)
+
+    async def tokenize(self, model: str, text: str) -> list[int]:
+        return self.engine.tokenize(text)
+
+    def cancel(self, response_id: str) -> None:
+        run = self._runs.get(response_id)
+        if run is not None:
+            run.cancel()
+
+    def loaded(self) -> set[str] | None:
+        return None  # its one engine, loaded when it was built
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.engine.close)
+        for model in self._reported:  # an unloaded model holds no sequences and no saved prefixes
+            report_sequences(model, running=0, slots=0, prefix_cache_bytes=0)

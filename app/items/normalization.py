@@ -1,0 +1,105 @@
+"""A request's input -> the items we store: each with an id, content parts normalised, unsupported ones refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import InvalidRequest
+from app.ids import new_id
+from app.schemas.items import (
+    CompactionItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputMessage,
+    InputText,
+    Item,
+    ItemReference,
+    MessageItem,
+    OutputText,
+    ReasoningItem,
+    Refusal,
+    StoredCompaction,
+    StoredCustomToolCall,
+    StoredCustomToolCallOutput,
+    StoredFunctionCall,
+    StoredFunctionCallOutput,
+    StoredReasoning,
+    UnsupportedItem,
+    UnsupportedPart,
+)
+
+
+def _message_parts(message: InputMessage, param: str) -> list[InputText | OutputText | Refusal]:
+    assistant = message.role == "assistant"
+    if isinstance(message.content, str):
+        text = message.content
+        return [OutputText(type="output_text", text=text) if assistant else InputText(type="input_text", text=text)]
+    parts: list[InputText | OutputText | Refusal] = []
+    for index, part in enumerate(message.content):
+        where = f"{param}.content[{index}]"
+        if isinstance(part, UnsupportedPart):
+            raise InvalidRequest(
+                f"Content of type '{part.type}' is not supported: this server's model reads text only.",
+                param=f"{where}.type",
+                code="unsupported_content_type",
+            )
+        if assistant and isinstance(part, InputText):
+            parts.append(OutputText(type="output_text", text=part.text))
+        elif not assistant and not isinstance(part, InputText):
+            raise InvalidRequest(
+                f"Content of type '{part.type}' is only allowed in assistant messages; "
+                f"{message.role} messages take 'input_text'.",
+                param=f"{where}.type",
+                code="invalid_value",
+            )
+        else:
+            parts.append(part)
+    return parts
+
+
+def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
+    """The request's input as stored items, each with an id, in order.
+
+    An item_reference stays `{type: "item_reference", id}` here; references.py resolves it.
+    """
+    if isinstance(request_input, str):
+        request_input = [InputMessage(role="user", content=request_input)]
+    items: list[dict[str, Any]] = []
+    for index, entry in enumerate(request_input):
+        param = f"input[{index}]"
+        if isinstance(entry, UnsupportedItem):
+            raise InvalidRequest(
+                f"Input items of type '{entry.type}' are not supported by this server yet.",
+                param=f"{param}.type",
+                code="unsupported_item_type",
+            )
+        if isinstance(entry, ItemReference):
+            items.append({"type": "item_reference", "id": entry.id})
+            continue
+        item: Item
+        if isinstance(entry, CompactionItem):
+            item = StoredCompaction(**{**entry.model_dump(exclude_none=True), "id": entry.id or new_id("cmp")})
+        elif isinstance(entry, CustomToolCallItem):
+            item = StoredCustomToolCall(**{**entry.model_dump(), "id": entry.id or new_id("ctc")})
+        elif isinstance(entry, CustomToolCallOutputItem):
+            item = StoredCustomToolCallOutput(**{**entry.model_dump(), "id": entry.id or new_id("ctco")})
+        elif isinstance(entry, ReasoningItem):
+            item = StoredReasoning(**{**entry.model_dump(), "id": entry.id or new_id("rs")})
+        elif isinstance(entry, FunctionCallItem):
+            item = StoredFunctionCall(**{**entry.model_dump(), "id": entry.id or new_id("fc"), "status": "completed"})
+        elif isinstance(entry, FunctionCallOutputItem):
+            item = StoredFunctionCallOutput(
+                **{**entry.model_dump(), "id": entry.id or new_id("fco"), "status": "completed"}
+            )
+        else:
+            item = MessageItem(
+                id=entry.id or new_id("msg"),
+                role=entry.role,
+                content=_message_parts(entry, param),
+                status=entry.status or "completed",
+            )
+        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction)
+        items.append(item.model_dump(mode="json", exclude_none=exclude_none))
+    return items

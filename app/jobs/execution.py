@@ -1,0 +1,349 @@
+"""Runs one generation job where the model is (embedded server or worker): events out, final state stored.
+
+Every event goes to the bus (live fan-out) and, for background streams, to the database first, in small batches
+(event_batches): a client is sent only what is stored. The final Response is committed before its terminal event
+is published, so a client that chains the moment it sees `response.completed` finds it. A stored job is held
+under a lease (lease.py) that the batches and a heartbeat renew; every write is conditional on still holding it,
+so that a takeover and a late first run never both store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import enum
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import anyio
+
+from app.db.session import Database
+from app.events.assembler import ResponseAssembler
+from app.generation.job import GenerationJob
+from app.generation.runner import GenerationRun, ModelRunner
+from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
+from app.jobs import event_batches, repository
+from app.jobs.event_batches import EventBatch, Payload
+from app.jobs.final_state import final_values, record_final_items, row_verdict
+from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
+from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
+from app.jobs.repository import ProgressStep
+from app.jobs.telemetry import JobObserver
+from app.jobs.writes import publish_quietly, store_with_retries
+from app.schemas.events import ResponseEvent
+from app.schemas.responses import ResponseObject
+from app.transport.base import EventBus
+
+logger = logging.getLogger(__name__)
+
+STORE_FAILED_MESSAGE = "The server could not store this response's final state."
+
+
+class Interrupted(enum.Enum):
+    """Why a run stopped before it closed its response itself."""
+
+    #: The lease is gone, or storing failed: nothing more is stored or published.
+    LOST = "lost"
+    #: Its process is stopping: a background job is handed over to another worker.
+    HANDING_OVER = "handing over"
+
+
+class JobExecution:
+    def __init__(
+        self, job: GenerationJob, database: Database, bus: EventBus, *, owner: str, lease_s: float = DEFAULT_LEASE_S
+    ) -> None:
+        self.job = job
+        self.database = database
+        self.bus = bus
+        self.lease_s = lease_s
+        self.background = bool(job.response.get("background"))
+        #: Stored jobs only: a `store: false` job has no row to hold.
+        self.lease = (
+            JobLease(job.response_id, owner=owner, lease_s=lease_s, keep_job=self.background) if job.store else None
+        )
+        self.progress = ProgressLog(IdLog([]))
+        self.assembler = job_assembler(job, self.progress.ids)
+        #: A takeover: the output of earlier runs, as tokens, counts as output (and continues the prompt).
+        self.resumed = False
+        self.prior_tokens = 0
+        #: The run's Finish (or GenerationFailed) was read: the run closes its response itself.
+        self._ended = False
+        self._interrupted: Interrupted | None = None
+        self.observer = JobObserver(job)
+        #: Kept events wait here for their write; the progress step and the lease renewal ride in it.
+        self.batch = EventBatch(
+            self._write,
+            partial(publish_quietly, bus, job.response_id),
+            flush_ms=event_batches.EVENT_FLUSH_MS,
+            flush_events=event_batches.EVENT_FLUSH_EVENTS,
+        )
+
+    async def _resume(self, runner: ModelRunner, claim_progress: repository.Progress | None) -> GenerationJob:
+        """The job to start: as queued, or (a takeover) continuing from the progress the last run stored."""
+        self.assembler.response.status = "in_progress"
+        if claim_progress is None:
+            return self.job
+        self.resumed = True
+        self.assembler, self.progress = replay_progress(self.job, claim_progress)
+        pieces = self.progress.pieces
+        written = await runner.tokenize(self.job.model, "".join(pieces)) if pieces else []
+        self.prior_tokens = len(written)
+        cap = self.job.sampling.max_output_tokens
+        sampling = replace(
+            self.job.sampling,
+            max_output_tokens=None if cap is None else max(cap - len(written), 0),
+            resumed_output_tokens=len(written),
+        )
+        return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
+
+    async def _write(self, payloads: list[Payload], final: ResponseObject | None = None) -> None:
+        """Store a batch (and the final state, if given) through database blips. The progress step is read before
+        the first await: it is what the batch's events were made from."""
+        step = self.progress.unsaved() if self.lease is not None and final is None else None
+        await store_with_retries(lambda: self._store(payloads, final, step), budget_s=self.lease_s)
+        self.progress.saved(step)
+
+    async def _store(self, payloads: list[Payload], final: ResponseObject | None, step: ProgressStep | None) -> None:
+        """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
+        async with self.database.transaction() as session:
+            if self.lease is not None:
+                if final is not None:
+                    await self.lease.finish(session, final_values(final))
+                else:
+                    await self.lease.renew(session, step)
+            if self.job.keep_events:
+                await repository.insert_events(session, self.job.response_id, payloads)
+            if final is not None:
+                await record_final_items(session, self.job, final)
+
+    async def _emit(
+        self, events: list[ResponseEvent], *, final: ResponseObject | None = None, at_once: bool = False
+    ) -> None:
+        """Send events: kept ones once stored (batched, unless `at_once`), the final ones after the final state
+        is committed with whatever still waits, the others (not kept) straight away."""
+        payloads = [event.model_dump(mode="json") for event in events]
+        if final is not None:
+            await self.batch.flush(payloads, write=partial(self._write, final=final))
+        elif not self.job.keep_events:
+            for payload in payloads:
+                await publish_quietly(self.bus, self.job.response_id, payload)
+        elif at_once:
+            await self.batch.flush(payloads)
+        else:
+            await self.batch.add(payloads)
+
+    def _first_unsent(self, events: list[ResponseEvent]) -> int:
+        """The sequence number after the last event sent: the first waiting one, else the first of `events`."""
+        return self.batch.pending[0]["sequence_number"] if self.batch.pending else events[0].sequence_number
+
+    async def _cancel_stored(self) -> bool:
+        """A cancel stored between the claim and now (its signal may have found no generation to stop)."""
+        if self.lease is None:
+            return False
+        with contextlib.suppress(Exception):
+            async with self.database.transaction() as session:
+                return await self.lease.cancel_requested(session)
+        return False
+
+    async def _close(self, output: Finish | GenerationFailed) -> None:
+        # The assembler before it closes anything: if the final write fails, the response fails from here.
+        unfinished = copy.deepcopy(self.assembler)
+        if isinstance(output, GenerationFailed):
+            events = self.assembler.fail(output.message)
+        else:
+            if self.resumed:  # usage counts the first run's tokens as output, not as prompt
+                prompt = len(self.job.prompt_tokens)
+                output = Finish(
+                    output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
+                )
+            events = self.assembler.finish(output, completed_at=int(time.time()))
+        self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
+        keeps_state = self.job.store or self.job.conversation_id is not None
+        first = self._first_unsent(events)
+        try:
+            await self._emit(events, final=self.assembler.response if keeps_state else None)
+        except LeaseLost:
+            # The row was ended (cancel, reconciler) or taken over meanwhile: say what it says, not what we made.
+            self._interrupted = Interrupted.LOST
+            await self._publish(await row_verdict(self.database, self.job, first))
+        except Exception:
+            logger.exception("could not store the final state of %s", self.job.response_id)
+            self._interrupted = Interrupted.LOST
+            for event in await self._fail_unstored(unfinished):
+                await self._publish(event)
+
+    async def _fail_unstored(self, unfinished: ResponseAssembler) -> list[dict[str, Any]]:
+        """The final commit failed: end the response failed so that it does not hang, with the output so far
+        (none of the final events went out, nor those still waiting, which go first): the items it opened end
+        `incomplete`, then `error` and `response.failed`, whose response is the row GET reads."""
+        events = unfinished.fail(STORE_FAILED_MESSAGE)
+        failed = unfinished.response
+        first = self._first_unsent(events)
+        payloads = [*self.batch.pending, *(event.model_dump(mode="json") for event in events)]
+
+        async def store() -> None:
+            async with self.database.transaction() as session:
+                if self.lease is not None:
+                    await self.lease.finish(session, final_values(failed))
+                if self.job.keep_events:
+                    await repository.insert_events(session, self.job.response_id, payloads)
+
+        try:
+            await store_with_retries(store, budget_s=self.lease_s)
+        except LeaseLost:
+            verdict = await row_verdict(self.database, self.job, first)
+            return [] if verdict is None else [verdict]
+        except Exception:
+            # The database is gone for longer than a lease: reconciliation ends (or retries) it once it is back.
+            logger.exception("could not fail %s either; leaving it to reconciliation", self.job.response_id)
+            return []
+        return payloads
+
+    async def _publish(self, event: dict[str, Any] | None) -> None:
+        if event is not None:
+            await publish_quietly(self.bus, self.job.response_id, event)
+
+    async def _hand_over(self) -> None:
+        """Stopping (shutdown): store the events still waiting with the progress they were made from, and give
+        the lease up at once so that another worker takes the job over from there. If that write fails, the
+        lease is given up alone: the takeover makes those events again (none was sent)."""
+        assert self.lease is not None
+        lease = self.lease
+        await self.batch.stop()
+        payloads = list(self.batch.pending) if self.batch.failure is None else []
+        progress = self.progress.unsaved() if payloads or not self.job.keep_events else None
+
+        async def release(payloads: list[Payload], progress: ProgressStep | None) -> None:
+            async with self.database.transaction() as session:
+                if await lease.hand_over(session, progress) and payloads:
+                    await repository.insert_events(session, self.job.response_id, payloads)
+
+        try:
+            await release(payloads, progress)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await release([], None)
+            return
+        for payload in payloads:
+            await self._publish(payload)
+
+    async def _flush_quietly(self) -> None:
+        """The generation broke: what it said before is stored and sent, as it would have been unbatched."""
+        if self.job.keep_events and self.batch.failure is None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.batch.flush()
+
+    async def _claim(self) -> Claim | None:
+        """Take the job under its lease; None when it is not ours (cancelled, ended, or another worker holds it)."""
+        if self.lease is None:
+            return UNSTORED_RUN
+        async with self.database.transaction() as session:
+            return await self.lease.claim(session, keeps_events=self.job.keep_events)
+
+    async def run(self, runner: ModelRunner) -> None:
+        claim = await self._claim()
+        if claim is None:
+            logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
+            return
+        try:
+            job = await self._resume(runner, claim.progress)
+        except ModelLoadError as error:
+            # A takeover tokenises what was written with the job's model: one that will not load here fails
+            # the response, as it does a fresh job (raised, it would leave the response to wait for its lease).
+            self._ended = True
+            await self._close(GenerationFailed(str(error)))
+            return
+        try:
+            if not self.resumed:
+                opening = self.assembler.start()
+                await self._emit(
+                    [event for event in opening if event.sequence_number >= claim.next_stored], at_once=True
+                )
+        except LeaseLost:
+            return
+        generation = runner.start(job)
+        self.observer.generation_started(resumed=self.resumed)
+        heartbeat: asyncio.Task[None] | None = None
+        if self.lease is not None:
+            # A background job whose events are not kept stores its progress with the beats, for a takeover.
+            beats_progress = self.progress if self.background and not self.job.keep_events else None
+            heartbeat = asyncio.create_task(self.lease.heartbeat(self.database, generation, beats_progress))
+        try:
+            if claim.cancel_requested or await self._cancel_stored():
+                generation.cancel()
+            await self._relay(generation)
+        except LeaseLost:
+            self._interrupted = Interrupted.LOST
+            logger.warning("lost the lease of %s: another worker has it, or it ended", self.job.response_id)
+        except asyncio.CancelledError:
+            # A worker shutting down hands a background job over rather than ending it.
+            if self.background and self.lease is not None:
+                self._interrupted = Interrupted.HANDING_OVER
+            raise
+        except Exception:
+            self._interrupted = Interrupted.LOST
+            logger.exception("generation of %s stopped; its lease will expire and be reconciled", job.response_id)
+            await self._flush_quietly()
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+            if not self._ended:
+                generation.cancel()
+                with anyio.CancelScope(shield=True):
+                    # Stopped from outside (shutdown, a lost connection): stop the model and store what it made,
+                    # unless the job goes to another worker or is no longer ours.
+                    await self._relay(generation, silent=self._interrupted is not None)
+                    if self._interrupted is Interrupted.HANDING_OVER:
+                        await self._hand_over()
+            with anyio.CancelScope(shield=True):
+                await self.batch.stop()  # the final write, the hand-over or a failure left nothing for it
+
+    async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
+        outputs: AsyncIterator[Any] = generation.outputs()
+        async for output in outputs:
+            if isinstance(output, str | ScoredPiece):
+                if silent:
+                    continue
+                self.observer.output()
+                self.progress.pieces.append(output if isinstance(output, str) else output.text)
+                await self._emit(self.assembler.text(output))
+            else:
+                self._ended = True  # read once: a close that raises must not wait for it again
+                if not silent:
+                    await self._close(output)
+                return
+
+
+class JobExecutor:
+    """Runs jobs on `runner`, storing through `database` and publishing on `bus`, under leases owned by `owner`
+    (this process): what a transport is handed (app/transport/base.py's JobExecutor)."""
+
+    def __init__(
+        self, runner: ModelRunner, database: Database, bus: EventBus, *, owner: str, lease_s: float = DEFAULT_LEASE_S
+    ) -> None:
+        self.runner = runner
+        self.database = database
+        self.bus = bus
+        self.owner = owner
+        self.lease_s = lease_s
+
+    async def execute(self, job: GenerationJob) -> None:
+        execution = JobExecution(job, self.database, self.bus, owner=self.owner, lease_s=self.lease_s)
+        with execution.observer.running():
+            await execution.run(self.runner)
+
+    def cancel(self, response_id: str) -> None:
+        self.runner.cancel(response_id)
+
+    def loaded(self) -> set[str] | None:
+        return self.runner.loaded()
+
+    async def close(self) -> None:
+        await self.runner.close()

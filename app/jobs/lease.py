@@ -1,0 +1,143 @@
+"""Who owns a stored job, decided in one place: a run claims it under a lease (owner + expiry), renews it while it
+generates (with each batch it stores, and on a heartbeat), hands it over when its process stops, and finishes it.
+Every one of these is a conditional write on the response's row, made in the caller's transaction beside what it
+stores, so that a takeover and a late first run never both store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.base import utc_now
+from app.db.session import Database
+from app.generation.runner import GenerationRun
+from app.jobs import repository
+from app.jobs.progress import ProgressLog
+from app.jobs.repository import Progress, ProgressStep
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE_S = 15.0
+
+
+class LeaseLost(Exception):
+    """The job's lease is no longer ours: another worker took it over, or the response ended meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a claim found of the job's earlier runs."""
+
+    #: The progress they stored (a takeover goes on from it); None for a first run, or one that stored none.
+    progress: Progress | None
+    #: The first sequence number not stored yet: a takeover of a run that died before saying anything stores
+    #: only the opening events that run did not (0 otherwise).
+    next_stored: int
+    #: A cancel was stored before this run began.
+    cancel_requested: bool
+
+
+#: What the run of a `store: false` job starts from: it has no row, no earlier run and no lease.
+UNSTORED_RUN = Claim(progress=None, next_stored=0, cancel_requested=False)
+
+
+class JobLease:
+    """One run's lease on one stored response's job."""
+
+    def __init__(self, response_id: str, *, owner: str, lease_s: float = DEFAULT_LEASE_S, keep_job: bool) -> None:
+        self.response_id = response_id
+        self.owner = owner
+        self.lease_s = lease_s
+        #: Keep the stored job after the claim, for a later takeover (background jobs).
+        self.keep_job = keep_job
+
+    def _until(self) -> datetime:
+        return utc_now() + timedelta(seconds=self.lease_s)
+
+    async def claim(self, session: AsyncSession, *, keeps_events: bool) -> Claim | None:
+        """Take the job (queued, or in progress with an expired lease): None when it was cancelled, has ended, or
+        another worker holds it."""
+        row = await repository.claim(
+            session,
+            self.response_id,
+            owner=self.owner,
+            now=utc_now(),
+            lease_until=self._until(),
+            keep_job=self.keep_job,
+        )
+        if row is None:
+            return None
+        progress = await repository.progress_of(session, row.id)
+        next_stored = 0
+        if row.attempts > 1 and progress is None and keeps_events:
+            next_stored = await repository.next_sequence_number(session, row.id)
+        if row.attempts > 1:
+            logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
+        return Claim(progress, next_stored, cancel_requested=row.cancel_requested_at is not None)
+
+    async def renew(self, session: AsyncSession, progress: ProgressStep | None = None) -> bool:
+        """Extend the lease, appending `progress`; whether a cancel was requested. LeaseLost when it is not ours."""
+        held, cancel = await repository.renew(
+            session, self.response_id, owner=self.owner, now=utc_now(), lease_until=self._until(), progress=progress
+        )
+        if not held:
+            raise LeaseLost(self.response_id)
+        return cancel
+
+    async def cancel_requested(self, session: AsyncSession) -> bool:
+        """Whether a cancel is stored, the lease neither extended nor required (False once it is not ours)."""
+        _, cancel = await repository.renew(session, self.response_id, owner=self.owner, now=utc_now(), lease_until=None)
+        return cancel
+
+    async def finish(self, session: AsyncSession, values: dict[str, Any]) -> None:
+        """Store the final state (`values`: final_state.final_values); LeaseLost when it is not ours."""
+        if not await repository.finish_held(session, self.response_id, owner=self.owner, values=values):
+            raise LeaseLost(self.response_id)
+
+    async def hand_over(self, session: AsyncSession, progress: ProgressStep | None) -> bool:
+        """Give the lease up now (this process stops), with the progress a takeover goes on from: whether it was
+        still ours."""
+        now = utc_now()
+        held, _ = await repository.renew(
+            session, self.response_id, owner=self.owner, now=now, lease_until=now, progress=progress
+        )
+        return held
+
+    async def heartbeat(self, database: Database, generation: GenerationRun, progress: ProgressLog | None) -> None:
+        """Renews the lease every third of it until cancelled; a failed renewal is retried next beat, never the end
+        of it. A lost lease or a stored cancel request stops the generation. `progress`: stored with each beat (a
+        background job whose events are not kept stores it nowhere else, for a takeover)."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            step = progress.unsaved() if progress is not None else None
+            try:
+                async with database.transaction() as session:
+                    cancel = await self.renew(session, step)
+            except LeaseLost:
+                logger.warning(
+                    "lost the lease of %s: stopping its generation (%s)", self.response_id, await self._holder(database)
+                )
+                generation.cancel()
+                return
+            except Exception as error:
+                logger.warning("could not renew the lease of %s (%s); trying again", self.response_id, error)
+                continue
+            if progress is not None:
+                progress.saved(step)
+            if cancel:
+                generation.cancel()
+
+    async def _holder(self, database: Database) -> str:
+        """Who has the response now, for the log."""
+        with contextlib.suppress(Exception):
+            async with database.read() as session:
+                row = await repository.reload(session, self.response_id)
+                if row is not None:
+                    return f"{row.status}, lease {row.lease_owner} until {row.lease_expires_at}, try {row.attempts}"
+        return "unknown"

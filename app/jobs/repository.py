@@ -1,0 +1,259 @@
+"""Queries on generation jobs: claims, leases and their renewal, progress, events, cancel requests, reconciliation
+pages.
+
+Every write here is conditional, so that a worker, a reconciler and a cancel racing on one response settle it
+once: whoever's update matched the row won; the others see a rowcount of 0 and back off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, null, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStep:
+    """What a generation produced since its last stored step: appended as row `position`."""
+
+    position: int
+    pieces: list[str]
+    ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Everything a job's runs stored, in order, and how many rows it took (the next step's position)."""
+
+    pieces: list[str]
+    ids: list[str]
+    rows: int
+
+
+def _unheld(now: datetime) -> ColumnElement[bool]:
+    """Queued, or in progress with no live lease (its worker died, or the reconciler released it)."""
+    return or_(
+        ResponseRow.status == "queued",
+        and_(
+            ResponseRow.status == "in_progress",
+            or_(
+                ResponseRow.lease_owner.is_(None),
+                ResponseRow.lease_expires_at.is_(None),
+                ResponseRow.lease_expires_at < now,
+            ),
+        ),
+    )
+
+
+def _held_by(owner: str) -> ColumnElement[bool]:
+    return and_(ResponseRow.status == "in_progress", ResponseRow.lease_owner == owner)
+
+
+async def _update(session: AsyncSession, values: dict[str, Any], *conditions: ColumnElement[bool]) -> bool:
+    query = update(ResponseRow).where(*conditions).values(**values).execution_options(synchronize_session=False)
+    result = await session.execute(query)
+    return int(getattr(result, "rowcount", 0)) == 1
+
+
+async def claim(
+    session: AsyncSession, response_id: str, *, owner: str, now: datetime, lease_until: datetime, keep_job: bool
+) -> ResponseRow | None:
+    """Take the job (queued, or in progress with an expired lease) under a lease; the row as claimed, or None
+    when someone else holds it or it has ended. `keep_job`: keep the stored job for a later takeover."""
+    values: dict[str, Any] = {
+        "status": "in_progress",
+        "heartbeat_at": now,
+        "lease_owner": owner,
+        "lease_expires_at": lease_until,
+        "attempts": ResponseRow.attempts + 1,
+    }
+    if not keep_job:
+        values["job"] = null()  # SQL NULL: a JSON column would store None as the JSON value null
+    if not await _update(session, values, ResponseRow.id == response_id, _unheld(now)):
+        return None
+    row = await session.get(ResponseRow, response_id, populate_existing=True)
+    return row
+
+
+async def renew(
+    session: AsyncSession,
+    response_id: str,
+    *,
+    owner: str,
+    now: datetime,
+    lease_until: datetime | None,
+    progress: ProgressStep | None = None,
+) -> tuple[bool, bool]:
+    """Extend the lease (and append a progress step) while `owner` holds it: (still held, cancel requested)."""
+    values: dict[str, Any] = {"heartbeat_at": now}
+    if lease_until is not None:
+        values["lease_expires_at"] = lease_until
+    if not await _update(session, values, ResponseRow.id == response_id, _held_by(owner)):
+        return False, False
+    if progress is not None:
+        session.add(
+            GenerationProgressRow(
+                response_id=response_id, position=progress.position, pieces=progress.pieces, ids=progress.ids
+            )
+        )
+        await session.flush()
+    query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id)
+    return True, (await session.execute(query)).scalar_one_or_none() is not None
+
+
+async def progress_of(session: AsyncSession, response_id: str) -> Progress | None:
+    """The progress a job's runs stored, joined; None when there is none."""
+    query = (
+        select(GenerationProgressRow.pieces, GenerationProgressRow.ids)
+        .where(GenerationProgressRow.response_id == response_id)
+        .order_by(GenerationProgressRow.position)
+    )
+    steps = (await session.execute(query)).all()
+    if not steps:
+        return None
+    return Progress(
+        pieces=[piece for pieces, _ in steps for piece in pieces],
+        ids=[id_ for _, ids in steps for id_ in ids],
+        rows=len(steps),
+    )
+
+
+async def _drop_progress(session: AsyncSession, response_id: str) -> None:
+    await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
+
+
+async def finish_held(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+    """The final state of a response whose job `owner` still holds; the job and its progress are dropped."""
+    final = {**values, "job": null(), "lease_expires_at": None}
+    if not await _update(session, final, ResponseRow.id == response_id, _held_by(owner)):
+        return False
+    await _drop_progress(session, response_id)
+    return True
+
+
+async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, values: dict[str, Any]) -> bool:
+    """End a response nobody holds (queued, or its lease expired): a cancel, or a reconciler's verdict."""
+    final = {**values, "job": null(), "lease_expires_at": None}
+    if not await _update(session, final, ResponseRow.id == response_id, _unheld(now)):
+        return False
+    await _drop_progress(session, response_id)
+    return True
+
+
+async def expire_leases(session: AsyncSession) -> int:
+    """Every in-progress response's lease ends now (embedded start-up: no run of the previous process is alive),
+    for reconciliation to take it over or end it; how many there were."""
+    query = (
+        update(ResponseRow)
+        .where(ResponseRow.status == "in_progress")
+        .values(lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(await session.execute(query), "rowcount", 0))
+
+
+async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime, until: datetime) -> bool:
+    """An expired lease becomes nobody's: any worker may claim the job again (given `until` to do so before the
+    reconciler looks at it again)."""
+    values = {"lease_owner": None, "lease_expires_at": until}
+    return await _update(
+        session,
+        values,
+        ResponseRow.id == response_id,
+        ResponseRow.status == "in_progress",
+        or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
+    )
+
+
+async def request_cancel(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
+    """Record a cancel request (the first one counts); False when the response has already ended."""
+    await _update(
+        session,
+        {"cancel_requested_at": now},
+        ResponseRow.id == response_id,
+        ResponseRow.cancel_requested_at.is_(None),
+        ResponseRow.status.in_(("queued", "in_progress")),
+    )
+    query = select(ResponseRow.status).where(ResponseRow.id == response_id)
+    return (await session.execute(query)).scalar_one_or_none() in ("queued", "in_progress")
+
+
+async def expired_leases(session: AsyncSession, *, now: datetime, limit: int) -> list[ResponseRow]:
+    """In-progress responses whose lease ran out (oldest first), one page."""
+    query = (
+        select(ResponseRow)
+        .where(
+            ResponseRow.status == "in_progress",
+            or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
+        )
+        .order_by(ResponseRow.lease_expires_at)
+        .limit(limit)
+    )
+    return list((await session.execute(query)).scalars())
+
+
+async def queued_page(
+    session: AsyncSession, *, created_before: datetime, after: tuple[datetime, str] | None, limit: int
+) -> list[tuple[str, datetime]]:
+    """(id, created_at) of responses queued since before `created_before`, after the cursor `after`, in order:
+    reconciliation reads one page a round rather than every queued job."""
+    query = select(ResponseRow.id, ResponseRow.created_at).where(
+        ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
+    )
+    if after is not None:
+        query = query.where(
+            or_(
+                ResponseRow.created_at > after[0],
+                and_(ResponseRow.created_at == after[0], ResponseRow.id > after[1]),
+            )
+        )
+    query = query.order_by(ResponseRow.created_at, ResponseRow.id).limit(limit)
+    return [(response_id, created_at) for response_id, created_at in (await session.execute(query)).all()]
+
+
+async def get_job(session: AsyncSession, response_id: str) -> dict[str, Any] | None:
+    query = select(ResponseRow.job).where(ResponseRow.id == response_id)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def insert_events(session: AsyncSession, response_id: str, events: Sequence[dict[str, Any]]) -> None:
+    session.add_all(
+        ResponseEventRow(response_id=response_id, sequence_number=event["sequence_number"], event=event)
+        for event in events
+    )
+    await session.flush()
+
+
+async def next_sequence_number(session: AsyncSession, response_id: str) -> int:
+    query = select(func.max(ResponseEventRow.sequence_number)).where(ResponseEventRow.response_id == response_id)
+    last = (await session.execute(query)).scalar_one_or_none()
+    return 0 if last is None else int(last) + 1
+
+
+async def last_event(session: AsyncSession, response_id: str) -> dict[str, Any] | None:
+    query = (
+        select(ResponseEventRow.event)
+        .where(ResponseEventRow.response_id == response_id)
+        .order_by(ResponseEventRow.sequence_number.desc())
+        .limit(1)
+    )
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def lock_unheld(session: AsyncSession, response_id: str, *, now: datetime) -> ResponseRow | None:
+    """The row if nobody holds it (queued, or its lease expired), locked until the transaction ends (Postgres;
+    SQLite serialises writers anyway): its progress is read to end it, and must not change before the end is
+    written. None when it is held or has ended."""
+    query = select(ResponseRow).where(ResponseRow.id == response_id, _unheld(now)).with_for_update()
+    return (await session.execute(query.execution_options(populate_existing=True))).scalar_one_or_none()
+
+
+async def reload(session: AsyncSession, response_id: str) -> ResponseRow | None:
+    """The row as it is now, after a conditional update in this session."""
+    return await session.get(ResponseRow, response_id, populate_existing=True)

@@ -1,1 +1,0 @@
-"""The models a deployment serves: their declarations (spec) and how settings become a registry (loading)."""

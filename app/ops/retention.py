@@ -1,0 +1,95 @@
+"""Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
+background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass.
+
+A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
+
+NOTE: a chain is purged from its end. The hosted API keeps each response 30 days from its creation; here a
+response is kept while a stored response continues it (previous_response_id), so a response that can be read can
+also be continued, with its whole context: a chain expires once its newest turn does. Conversations are not
+purged (the hosted API does not expire them either): they hold their own copies of their items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.db.session import Database
+from app.events.terminal import TERMINAL_STATUSES
+from app.responses import repository
+
+logger = logging.getLogger(__name__)
+
+#: Responses whose events one transaction deletes (about 200 event rows each): short transactions, no long locks.
+PRUNE_BATCH = 100
+#: Responses one purge transaction deletes, with their items and events.
+PURGE_BATCH = 200
+#: How often the embedded server and the workers prune.
+PRUNE_INTERVAL_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    #: Responses deleted whole (expired).
+    purged_responses: int
+    #: Finished responses whose stored stream events were dropped.
+    pruned_event_streams: int
+
+
+async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
+    """Run `batch` in a transaction of its own until one deletes nothing: a failure rolls back only its own
+    batch, and no lock is held longer than one batch."""
+    total = 0
+    while True:
+        async with database.transaction() as session:
+            deleted = await batch(session)
+        total += deleted
+        if deleted == 0:
+            return total
+
+
+async def prune_finished_events(database: Database, retention_hours: float) -> int:
+    """Delete the events of responses that ended more than `retention_hours` ago, in batches; how many responses.
+    0 hours keeps everything."""
+    if retention_hours <= 0:
+        return 0
+    ended_before = utc_now() - timedelta(hours=retention_hours)
+    total = await _in_batches(
+        database,
+        lambda session: repository.prune_events(
+            session, ended_before=ended_before, statuses=TERMINAL_STATUSES, limit=PRUNE_BATCH
+        ),
+    )
+    if total:
+        logger.info("pruned the stored events of %d finished responses", total)
+    return total
+
+
+async def purge_expired_responses(database: Database, retention_days: float, *, batch: int = PURGE_BATCH) -> int:
+    """Delete whole responses created more than `retention_days` ago, in batches of `batch`; how many. Never one
+    still queued or generating, nor one that a kept response continues. 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = utc_now() - timedelta(days=retention_days)
+    total = await _in_batches(
+        database,
+        lambda session: repository.purge_expired(
+            session, created_before=created_before, statuses=TERMINAL_STATUSES, limit=batch
+        ),
+    )
+    if total:
+        logger.info("purged %d responses past their retention", total)
+    return total
+
+
+async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
+    """Both retention rules, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
+    purged = await purge_expired_responses(database, settings.retention_days)
+    pruned = await prune_finished_events(database, settings.events_retention_hours)
+    return RetentionReport(purged_responses=purged, pruned_event_streams=pruned)

@@ -1,0 +1,286 @@
+"""What the model reads for a create: the served model and its renderer, the tools it is offered, the request's
+own items, the history before them (a chain's turns, a conversation's items, or a WebSocket connection's
+unstored last response), all rendered into prompt tokens within the context window. A context past the
+`context_management` threshold renders to nothing here: service.py compacts it first (compaction.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.conversations.turns import ConversationTurn, load_conversation
+from app.errors import InvalidRequest, ServiceUnavailable
+from app.events.terminal import TERMINAL_STATUSES
+from app.generation import prompt
+from app.generation.prompt import ChatMessage, Turn, call_ids
+from app.generation.registry import ModelRegistry, ModelSpec
+from app.generation.tool_calls import FunctionSpec, template_tool
+from app.generation.types import ContextTooLong, ModelLoadError, PromptRenderer
+from app.items.compaction import open_compactions, open_history
+from app.items.normalization import normalize_input
+from app.items.references import resolve_references
+from app.observability import tracing
+from app.responses import repository
+from app.responses.schemas import CreateResponseRequest
+from app.responses.tools import ToolSetup, resolve_tools
+from app.runtime import Runtime
+from app.schemas.items import CALL_OUTPUT_TYPES
+
+#: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
+#: count): such renders run a few at a time (Runtime.heavy_renders).
+HEAVY_PROMPT_CHARS = 64 * 1024
+#: Without a compact_threshold, a create compacts once its context passes this share of the window.
+DEFAULT_THRESHOLD_SHARE = 0.8
+
+
+def resolve_model(requested: str | None, registry: ModelRegistry, settings: Settings) -> ModelSpec:
+    """The served model a request names (by id or alias); none named: the default one."""
+    if requested is None:
+        return registry.default
+    spec = registry.get(requested)
+    if spec is not None:
+        return spec
+    if settings.map_unknown_models:
+        return registry.default
+    # The hosted Responses API's answer to an unknown model (a 400, where GET /v1/models/{id} is a 404).
+    raise InvalidRequest(f"The requested model '{requested}' does not exist.", param="model", code="model_not_found")
+
+
+async def renderer_for(runtime: Runtime, spec: ModelSpec) -> PromptRenderer:
+    """The model's renderer; a model whose vocabulary cannot be loaded fails this request only (a 503)."""
+    try:
+        return await runtime.renderers.get(spec)
+    except ModelLoadError as error:
+        raise ServiceUnavailable(str(error), param="model", code="model_unavailable") from None
+
+
+def conversation_id_of(request: CreateResponseRequest) -> str:
+    conversation = request.conversation
+    assert conversation is not None
+    return conversation if isinstance(conversation, str) else conversation.id
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionChain:
+    """A WebSocket connection's last response when it was not stored (store: false), kept in that connection's
+    memory only: its whole context (earlier turns, then its own input and output) for a continuation to read."""
+
+    response_id: str
+    turns: Sequence[Turn]
+    chain_root: str
+
+
+async def load_history(session: AsyncSession, previous_id: str, tenant: str) -> tuple[list[Turn], str]:
+    """The chain's turns, oldest first, and the id of its first response."""
+    chain = await repository.get_chain(session, previous_id, tenant)
+    if not chain:
+        raise InvalidRequest(
+            f"Previous response with id '{previous_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if chain[-1].status not in TERMINAL_STATUSES:
+        raise InvalidRequest(
+            f"Previous response with id '{previous_id}' is still {chain[-1].status}; "
+            "chain onto it once it has finished.",
+            param="previous_response_id",
+            code="previous_response_not_finished",
+        )
+    items = await repository.get_input_items(session, [row.id for row in chain])
+    return [Turn(input_items=items[row.id], output_items=row.output) for row in chain], chain[0].id
+
+
+def check_call_outputs(history: list[Turn], items: list[dict[str, Any]]) -> None:
+    """Every function_call_output (or custom one) must answer a call somewhere in the context."""
+    known = call_ids(history, items)
+    for index, item in enumerate(items):
+        if item["type"] in CALL_OUTPUT_TYPES and item["call_id"] not in known:
+            raise InvalidRequest(
+                f"No tool call found for {item['type']} with call_id {item['call_id']}.",
+                param=f"input[{index}].call_id",
+                code="invalid_value",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _History:
+    """The earlier turns a request continues (of its chain or its conversation), oldest first."""
+
+    turns: list[Turn] = field(default_factory=list)
+    #: The chain's first response.
+    chain_root: str | None = None
+    #: The conversation it runs on, as read: submission claims it (or finds it changed).
+    conversation: ConversationTurn | None = None
+
+
+async def _load_history(
+    runtime: Runtime, request: CreateResponseRequest, tenant: str, connection: ConnectionChain | None
+) -> _History:
+    """`connection`: a WebSocket connection's unstored last response, which `previous_response_id` may name."""
+    if connection is not None and request.previous_response_id == connection.response_id:
+        if request.store is not False:
+            raise InvalidRequest(
+                f"Previous response '{connection.response_id}' was not stored; a response that continues it "
+                "must be created with store: false too.",
+                param="store",
+                code="invalid_value",
+            )
+        return _History(list(connection.turns), connection.chain_root)
+    if request.previous_response_id is None and request.conversation is None:
+        return _History()  # the stateless path touches no database
+    async with runtime.database.read() as session:
+        if request.previous_response_id is not None:
+            turns, chain_root = await load_history(session, request.previous_response_id, tenant)
+            return _History(turns, chain_root)
+        turns, conversation = await load_conversation(session, conversation_id_of(request), tenant)
+        return _History(turns, conversation=conversation)
+
+
+def _check_prompt_size(system: ChatMessage | None, conversation: list[ChatMessage], settings: Settings) -> None:
+    """A bound on the work of rendering (and truncating) a prompt: its history grows with every turn of a chain
+    or a conversation, past what one request body may carry."""
+    chars = sum(len(message.content) for message in conversation) + (len(system.content) if system else 0)
+    if chars > settings.max_prompt_chars:
+        raise InvalidRequest(
+            f"The context (instructions, history and input) is {chars} characters; this server renders prompts of "
+            f"at most {settings.max_prompt_chars}. Start a new conversation or compact this one.",
+            param="input",
+            code="context_length_exceeded",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A create's context, checked, as the model will read it: everything but the rendering."""
+
+    #: The served model the request resolved to, and its renderer (its vocabulary and chat template).
+    model: ModelSpec
+    renderer: PromptRenderer
+    #: The request's own input items, normalised (each with an id, references resolved).
+    items: list[dict[str, Any]]
+    tools: ToolSetup
+    #: The earlier turns (of its chain or its conversation), oldest first, and the chain's first response.
+    history: list[Turn]
+    chain_root: str | None
+    #: The conversation it runs on, as read: submission claims it (or finds it changed).
+    conversation: ConversationTurn | None
+    reasoning_tags: tuple[str, str] | None
+    #: Jobs with the same key likely share a prompt prefix (prompt_cache_key, chain, conversation).
+    affinity_key: str | None
+    instructions: str | None
+    #: The history and items as the model reads them (compaction items opened).
+    readable_history: list[Turn]
+    readable_items: list[dict[str, Any]]
+    #: Functions the system prompt offers (none when the chat template shows the tools itself).
+    offered: list[FunctionSpec]
+    template_options: dict[str, Any] | None
+    truncate: bool
+    #: Past this many prompt tokens the context is compacted first (context_management); None: never.
+    compact_threshold: int | None
+
+    def messages(self, extra_items: Sequence[dict[str, Any]] = ()) -> tuple[ChatMessage | None, list[ChatMessage]]:
+        """The system message and the conversation, with `extra_items` after the request's own (a summary)."""
+        return prompt.build_context(
+            instructions=self.instructions,
+            history=self.readable_history,
+            new_items=[*self.readable_items, *extra_items],
+            functions=self.offered,
+            reasoning_tags=self.reasoning_tags,
+        )
+
+
+async def build_context(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+) -> Context:
+    """Model, tools, input and history, checked (a 400 for whatever is wrong). `connection`: see _load_history."""
+    model = resolve_model(request.model, runtime.models, runtime.settings)
+    # A chain may switch models between turns: each turn is rendered with its own model's template.
+    renderer = await renderer_for(runtime, model)
+    # Off the event loop: a forced call converts every tool's schema to a grammar.
+    tools = await asyncio.to_thread(
+        resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools
+    )
+    items = normalize_input(request.input)
+    await resolve_references(runtime.database, items, tenant, param="input")
+    history = await _load_history(runtime, request, tenant, connection)
+    check_call_outputs(history.turns, items)
+    where = "conversation" if history.conversation is not None else "previous_response_id"
+    readable_history = open_history(runtime.sealer, tenant, history.turns, where)
+    readable_items = open_compactions(runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content")
+    # A template with tool support shows the tools its own way; otherwise the system prompt offers them.
+    native_tools = renderer.supports_tools and bool(tools.functions)
+    # Templates read the variables they understand and ignore the others.
+    template_options: dict[str, Any] = {}
+    if request.reasoning and request.reasoning.effort:
+        template_options["reasoning_effort"] = request.reasoning.effort
+    if native_tools:
+        template_options["tools"] = [template_tool(function) for function in tools.functions]
+    threshold = None
+    if request.context_management:
+        share = int(renderer.n_ctx * DEFAULT_THRESHOLD_SHARE)
+        threshold = request.context_management[0].compact_threshold or share
+    context = Context(
+        model=model,
+        renderer=renderer,
+        items=items,
+        tools=tools,
+        history=history.turns,
+        chain_root=history.chain_root,
+        conversation=history.conversation,
+        reasoning_tags=renderer.reasoning_tags,
+        affinity_key=request.prompt_cache_key
+        or history.chain_root
+        or (history.conversation.conversation_id if history.conversation else None),
+        instructions=request.instructions,
+        readable_history=readable_history,
+        readable_items=readable_items,
+        offered=[] if native_tools else tools.functions,
+        template_options=template_options or None,
+        truncate=request.truncation == "auto",
+        compact_threshold=threshold,
+    )
+    system, conversation = context.messages()
+    _check_prompt_size(system, conversation, runtime.settings)
+    if not conversation:
+        raise InvalidRequest("The input must contain at least one message.", param="input", code="invalid_value")
+    return context
+
+
+async def render_messages(
+    runtime: Runtime, context: Context, system: ChatMessage | None, messages: list[ChatMessage]
+) -> list[int]:
+    """Prompt tokens within the context window (truncated when the request allows), rendered off the event loop;
+    ContextTooLong when they cannot fit."""
+    chars = sum(len(message.content) for message in messages) + (len(system.content) if system else 0)
+    # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
+    # request's render waits for.
+    turns = runtime.heavy_renders if chars >= HEAVY_PROMPT_CHARS else contextlib.nullcontext()
+    with tracing.span("render prompt", {"llama_responses.prompt_chars": chars}):
+        async with turns:
+            return await asyncio.to_thread(
+                context.renderer.render_within_context,
+                system,
+                messages,
+                truncate=context.truncate,
+                template_options=context.template_options,
+            )
+
+
+async def render_prompt(runtime: Runtime, context: Context) -> list[int] | None:
+    """The prompt tokens; None when the context must be compacted first (it passes the request's
+    `context_management` threshold, or does not fit at all while compaction was asked for)."""
+    try:
+        tokens = await render_messages(runtime, context, *context.messages())
+    except ContextTooLong as error:
+        if context.compact_threshold is None:
+            raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+        return None
+    if context.compact_threshold is not None and len(tokens) > context.compact_threshold:
+        return None
+    return tokens

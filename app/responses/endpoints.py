@@ -1,0 +1,245 @@
+"""/v1/responses: create (JSON or SSE), retrieve (or replay), delete, cancel, list (an extension), input items,
+input token counts, compact, and WebSocket mode. Thin: parse, call one service function, reply."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+from functools import partial
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
+from starlette.websockets import WebSocketDisconnect
+
+from app.api.deps import IncludesDep, RuntimeDep, TenantDep
+from app.api.openapi import errors, json_body
+from app.api.paging import PageDep
+from app.api.sse import EventStreamResponse
+from app.errors import ApiError
+from app.responses import cancellation, reads, service, submission
+from app.responses.compaction import compact
+from app.responses.parsing import parse_count_request, parse_create_request
+from app.responses.schemas import (
+    COUNT_FIELDS,
+    KNOWN_COMPACT_FIELDS,
+    CompactedResponse,
+    CompactRequest,
+    CreateResponseRequest,
+    DeletedResponse,
+    InputItemList,
+    InputTokenCount,
+    ResponseFilters,
+    ResponseList,
+)
+from app.responses.socket_session import ResponsesSocketSession
+from app.runtime import Runtime
+from app.schemas.parsing import parse_body
+from app.schemas.responses import ResponseObject, ResponseStatus
+from app.tenants.identity import tenant_for
+
+router = APIRouter()
+IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
+MAX_SEQUENCE_NUMBER = 2**31 - 1
+#: 9999-12-31T23:59:59Z, the last second a datetime holds: a later bound is a 400, not a 500 from the conversion.
+MAX_CREATED_AT = 253402300799
+#: A Response as JSON, or (stream: true) its events as server-sent events.
+RESPONSE_OR_EVENTS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": ResponseObject,
+        "description": "The Response; with `stream: true`, its events as server-sent events.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+METADATA_PARAM = "metadata["
+#: metadata[key]=value is read from the raw query (any key): described here for the OpenAPI document.
+METADATA_QUERY = {
+    "name": "metadata",
+    "in": "query",
+    "required": False,
+    "style": "deepObject",
+    "explode": True,
+    "description": "metadata[KEY]=VALUE: responses whose metadata has KEY set to VALUE (all pairs must match).",
+    "schema": {"type": "object", "additionalProperties": {"type": "string"}},
+}
+#: Close code for a refused upgrade where the server cannot answer it with an HTTP status (policy violation).
+POLICY_VIOLATION = 1008
+DENIAL_EXTENSION = "websocket.http.response"
+
+
+# 500: the model could not write the summary.
+@router.post("/responses/compact", openapi_extra=json_body(CompactRequest), responses=errors(500))
+async def compact_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> CompactedResponse:
+    body = parse_body(await request.body(), CompactRequest, runtime.settings, known=KNOWN_COMPACT_FIELDS)
+    return await compact(runtime, body, tenant)
+
+
+# The body: create's fields that shape the prompt, none required. 404: the conversation it names.
+@router.post(
+    "/responses/input_tokens",
+    openapi_extra=json_body(CreateResponseRequest, fields=COUNT_FIELDS),
+    responses=errors(404),
+)
+async def count_tokens(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> InputTokenCount:
+    body = parse_count_request(await request.body(), runtime.settings)
+    return await service.count_input_tokens(body, tenant, runtime)
+
+
+def _metadata_filters(request: Request) -> dict[str, str]:
+    """metadata[key]=value query parameters (as the SDK writes a dict in a query), key -> value."""
+    return {
+        name[len(METADATA_PARAM) : -1]: value
+        for name, value in request.query_params.multi_items()
+        if name.startswith(METADATA_PARAM) and name.endswith("]") and len(name) > len(METADATA_PARAM) + 1
+    }
+
+
+@router.get(
+    "/responses",
+    responses=errors(400),
+    summary="List stored responses (extension)",
+    description="Not in the hosted API: the caller's stored responses, newest first, filtered, in cursor pages.",
+    openapi_extra={"parameters": [METADATA_QUERY]},
+)
+async def get_responses(
+    request: Request,
+    runtime: RuntimeDep,
+    tenant: TenantDep,
+    page: PageDep,
+    status: ResponseStatus | None = None,
+    model: str | None = None,
+    previous_response_id: str | None = None,
+    created_after: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
+    created_before: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
+) -> ResponseList:
+    filters = ResponseFilters(
+        status=status,
+        model=model,
+        previous_response_id=previous_response_id,
+        metadata=_metadata_filters(request),
+        created_after=created_after,
+        created_before=created_before,
+    )
+    return await reads.list_responses(runtime.database, tenant, filters, page)
+
+
+@router.post(
+    "/responses",
+    response_model=None,
+    openapi_extra=json_body(CreateResponseRequest),
+    # 404: the conversation it names; 500: a generation that ended without any result.
+    responses={**RESPONSE_OR_EVENTS, **errors(404, 500)},
+)
+async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> Response:
+    body = parse_create_request(await request.body(), runtime.settings)
+    prepared = await service.prepare(body, tenant, runtime)
+    # Hosted tools (web_search, ...) cannot run here; they were left out of what the model sees.
+    headers = {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
+    if prepared.stream:
+        return EventStreamResponse(await submission.open_stream(runtime, prepared, tenant), headers=headers)
+    response = await submission.create_response(runtime, prepared, tenant)
+    return Response(response.model_dump_json(), media_type="application/json", headers=headers)
+
+
+@router.get("/responses/{response_id}", response_model=None, responses={**RESPONSE_OR_EVENTS, **errors(404)})
+async def get_response(
+    response_id: str,
+    runtime: RuntimeDep,
+    tenant: TenantDep,
+    includes: IncludesDep,
+    stream: bool = False,
+    # Sequence numbers are 32-bit integers in every database; a larger cursor is a 400, checked before the 200.
+    starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SEQUENCE_NUMBER)] = None,
+) -> Response:
+    if stream:
+        return EventStreamResponse(await reads.stream_stored_response(runtime, response_id, tenant, starting_after))
+    response = await reads.read_response(runtime.database, response_id, tenant, includes)
+    # One pydantic dump to JSON, as the create route answers: FastAPI's generic encoder took twice as long.
+    return Response(response.model_dump_json(), media_type="application/json")
+
+
+@router.delete("/responses/{response_id}", responses=errors(404))
+async def delete_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> DeletedResponse:
+    stop_running = partial(cancellation.stop_response, runtime)
+    return await reads.delete_response(runtime.database, response_id, tenant, stop_running=stop_running)
+
+
+@router.post("/responses/{response_id}/cancel", responses=errors(404))
+async def cancel_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> ResponseObject:
+    return await cancellation.cancel_response(runtime, response_id, tenant)
+
+
+@router.get("/responses/{response_id}/input_items", responses=errors(404))
+async def get_input_items(
+    response_id: str,
+    runtime: RuntimeDep,
+    tenant: TenantDep,
+    includes: IncludesDep,
+    page: PageDep,
+) -> InputItemList:
+    return await reads.list_input_items(runtime.database, response_id, tenant, page, includes=includes)
+
+
+# WebSocket mode (the SDK's `client.responses.connect()`): authenticate the upgrade, then relay each message's
+# events in order while listening for the client going away.
+
+
+async def _refuse(websocket: WebSocket, error: ApiError) -> None:
+    """The same 401 as HTTP where the server can send one on an upgrade; else a policy-violation close."""
+    if DENIAL_EXTENSION in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(
+            JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
+        )
+    else:
+        await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
+
+
+@router.websocket("/responses")
+async def responses_socket(websocket: WebSocket) -> None:
+    runtime: Runtime = websocket.app.state.runtime
+    try:
+        tenant = tenant_for(websocket.headers.get("authorization", ""), runtime.settings)
+        # A connection holds one of its tenant's in-flight slots for as long as it is open.
+        runtime.slots.acquire(tenant)
+    except ApiError as error:
+        await _refuse(websocket, error)
+        return
+    try:
+        await _serve(websocket, runtime, tenant)
+    finally:
+        runtime.slots.release(tenant)
+
+
+async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
+    await websocket.accept()
+    session = ResponsesSocketSession(runtime, tenant)
+    inbox: asyncio.Queue[str | bytes] = asyncio.Queue()
+
+    async def read(cancel: anyio.CancelScope) -> None:
+        # Messages are queued while a response runs (they run after it, in order); a client that goes away
+        # cancels the one running, whose relay then cancels its generation.
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                data = message.get("text")
+                await inbox.put(data if data is not None else message.get("bytes") or b"")
+        except WebSocketDisconnect:
+            pass
+        cancel.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read, group.cancel_scope)
+        while True:
+            message = await inbox.get()
+            async with aclosing(session.handle(message)) as events:
+                async for event in events:
+                    try:
+                        await websocket.send_text(json.dumps(event, separators=(",", ":")))
+                    except (WebSocketDisconnect, RuntimeError):
+                        # The client has gone (Starlette raises RuntimeError once it has seen the close): stop.
+                        group.cancel_scope.cancel()
+                        return

@@ -1,0 +1,177 @@
+"""A create request and its rendered context -> a PreparedResponse: its parameters (with the model's defaults),
+its output grammar, its Response (status queued) and its generation job. Pure but for building the grammar; the
+context (context.py) and any compaction (compaction.py) come before it, in service.py."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.errors import InvalidRequest
+from app.generation.grammars import InvalidSchema, text_format_grammar
+from app.generation.job import GenerationJob
+from app.generation.registry import ModelSpec
+from app.generation.types import PromptRenderer, SamplingParams
+from app.ids import new_id
+from app.responses.context import Context, conversation_id_of
+from app.responses.schemas import CreateResponseRequest
+from app.responses.tools import ToolSetup, echoed_tools
+from app.schemas.items import ENCRYPTED_REASONING_INCLUDE
+from app.schemas.responses import ConversationRef, ResponseObject, ResponseParams, default_text
+
+DEFAULT_TOP_P = 1.0
+
+
+def _params_of(request: CreateResponseRequest, settings: Settings, model: ModelSpec) -> ResponseParams:
+    """The request's parameters, with the model's defaults (else the deployment's) where it gives none."""
+    temperature = model.temperature if model.temperature is not None else settings.default_temperature
+    return ResponseParams(
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens or model.max_output_tokens or settings.default_max_output_tokens,
+        max_tool_calls=request.max_tool_calls,
+        metadata=request.metadata or {},
+        parallel_tool_calls=request.parallel_tool_calls if request.parallel_tool_calls is not None else True,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        prompt_cache_key=request.prompt_cache_key,
+        prompt_cache_retention=request.prompt_cache_retention,
+        reasoning=request.reasoning.model_dump(exclude_none=True) if request.reasoning else None,
+        safety_identifier=request.safety_identifier,
+        store=request.store is not False,
+        background=bool(request.background),
+        conversation=ConversationRef(id=conversation_id_of(request)) if request.conversation is not None else None,
+        temperature=request.temperature if request.temperature is not None else temperature,
+        top_p=request.top_p if request.top_p is not None else (model.top_p or DEFAULT_TOP_P),
+        text=_text_of(request),
+        tool_choice=request.tool_choice or "auto",
+        tools=echoed_tools(request.tools or []),
+        top_logprobs=request.top_logprobs or 0,
+        truncation=request.truncation or "disabled",
+        user=request.user,
+    )
+
+
+def _text_of(request: CreateResponseRequest) -> dict[str, Any]:
+    text = default_text()
+    if request.text is not None:
+        text.update(request.text.model_dump(exclude_none=True, by_alias=True))
+    return text
+
+
+def _grammar_for(text_format: dict[str, Any] | None) -> str | None:
+    try:
+        return text_format_grammar(text_format)
+    except InvalidSchema as error:
+        raise InvalidRequest(str(error), param="text.format.schema", code="invalid_json_schema") from None
+
+
+async def _output_grammar(renderer: PromptRenderer, tools: ToolSetup, text_format: dict[str, Any] | None) -> str | None:
+    """The grammar the generation samples with, built off the event loop (a big schema takes a while), and
+    test-built with llama.cpp here: one that it still refuses is a 400, not a failed response."""
+    param = "tools" if tools.grammar else "text.format.schema"
+    grammar = tools.grammar or await asyncio.to_thread(_grammar_for, text_format)
+    if grammar is not None and not await asyncio.to_thread(renderer.grammar_builds, grammar):
+        raise InvalidRequest(
+            "llama.cpp cannot build the grammar that this schema needs; simplify the schema.",
+            param=param,
+            code="invalid_json_schema" if param == "text.format.schema" else "invalid_function_parameters",
+        )
+    return grammar
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedContext:
+    """A context rendered: its prompt tokens, and the output items that lead the response (the compaction item
+    of an automatic compaction)."""
+
+    context: Context
+    prompt: list[int]
+    leading: list[dict[str, Any]] = field(default_factory=list)
+
+
+class PreparedResponse:
+    """A validated create request: its Response (status queued), its input items and its job."""
+
+    def __init__(
+        self,
+        response: ResponseObject,
+        job: GenerationJob,
+        stream: bool,
+        context: Context,
+        created: datetime,
+    ) -> None:
+        self.response = response
+        #: When it was created, to the microsecond (the Response says the second): lists order by it.
+        self.created = created
+        self.job = job
+        self.stream = stream
+        self.context = context
+        self.items = context.items
+        #: Hosted tool types the request sent that cannot run here (named in a response header).
+        self.ignored_tools = context.tools.ignored
+        self.conversation = context.conversation
+
+
+def check_combination(request: CreateResponseRequest) -> None:
+    if request.background and request.store is False:
+        raise InvalidRequest("background requires store to be true.", param="background", code="invalid_value")
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidRequest(
+            "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or "
+            "'conversation'.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
+
+
+async def prepare_response(
+    request: CreateResponseRequest, rendered: RenderedContext, tenant: str, settings: Settings
+) -> PreparedResponse:
+    """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
+    stored or generated here."""
+    context = rendered.context
+    tools = context.tools
+    params = _params_of(request, settings, context.model)
+    grammar = await _output_grammar(context.renderer, tools, params.text.get("format"))
+    created = utc_now()
+    response = ResponseObject(
+        **params.model_dump(),
+        id=new_id("resp"),
+        created_at=int(created.timestamp()),
+        status="queued",
+        model=context.model.id,
+        previous_response_id=request.previous_response_id,
+    )
+    job = GenerationJob(
+        response_id=response.id,
+        prompt_tokens=rendered.prompt,
+        sampling=SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_output_tokens=params.max_output_tokens,
+            grammar=grammar,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            top_logprobs=params.top_logprobs if request.wants_logprobs else None,
+        ),
+        response=response.model_dump(mode="json"),
+        store=params.store,
+        keep_events=params.background and bool(request.stream),
+        announced=params.background and bool(request.stream),
+        tenant=tenant,
+        model=context.model.id,
+        functions={function.name: function.namespace for function in tools.functions},
+        custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
+        reasoning_tags=context.reasoning_tags,
+        encrypted_reasoning=ENCRYPTED_REASONING_INCLUDE in (request.include or []),
+        parallel_tool_calls=params.parallel_tool_calls,
+        affinity_key=context.affinity_key or response.id,
+        conversation_id=context.conversation.conversation_id if context.conversation else None,
+        conversation_input=context.items if context.conversation else [],
+        leading_items=rendered.leading,
+    )
+    return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)

@@ -1,0 +1,116 @@
+"""Reading stored responses: retrieve, replay a background stream, list, list a response's input items, delete.
+The stored row is the truth."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from app.db.session import Database
+from app.errors import InvalidRequest, response_not_found
+from app.events.snapshot import response_from_row
+from app.events.terminal import TERMINAL_STATUSES
+from app.items.includes import with_includes
+from app.items.paging import stored_item_page
+from app.items.repository import INPUT_ITEMS
+from app.responses import repository
+from app.responses.relay import RelayMode, relay_events
+from app.responses.schemas import DeletedResponse, InputItemList, ResponseFilters, ResponseList
+from app.runtime import Runtime
+from app.schemas.paging import PageRequest, cursor_page, page_after
+from app.schemas.responses import ResponseObject
+
+
+async def read_response(
+    database: Database, response_id: str, tenant: str, includes: frozenset[str] = frozenset()
+) -> ResponseObject:
+    """GET a response (in a read session: no transaction; see create_read_sessionmaker)."""
+    async with database.read() as session:
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    response = response_from_row(row)
+    if includes:
+        response.output = with_includes(response.output, includes)
+    return response
+
+
+async def stream_stored_response(
+    runtime: Runtime, response_id: str, tenant: str, starting_after: int | None
+) -> AsyncIterator[dict[str, Any]]:
+    """GET ?stream=true: replay the stored events after `starting_after`, then follow the live ones."""
+    async with runtime.database.read() as session:
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    if not (row.background and row.stream):
+        raise InvalidRequest(
+            "stream=true is only available for responses created with background and stream.",
+            param="stream",
+            code="invalid_value",
+        )
+    subscription = await runtime.queue.bus.subscribe(response_id)
+    after = -1 if starting_after is None else starting_after
+    return relay_events(runtime, response_id, subscription, RelayMode.REPLAY, after=after)
+
+
+async def list_responses(database: Database, tenant: str, filters: ResponseFilters, page: PageRequest) -> ResponseList:
+    """GET /v1/responses: a page of the caller's stored responses, newest first, filtered (in a read session)."""
+    async with database.read() as session:
+        rows, has_more = await page_after(
+            page,
+            partial(repository.get_response, session, tenant=tenant),
+            lambda after: repository.page_responses(
+                session, tenant, filters, limit=page.limit, order=page.order, after=after
+            ),
+            unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
+        )
+    return cursor_page(ResponseList, [response_from_row(row) for row in rows], has_more)
+
+
+async def list_input_items(
+    database: Database, response_id: str, tenant: str, page: PageRequest, *, includes: frozenset[str] = frozenset()
+) -> InputItemList:
+    """GET /v1/responses/{id}/input_items: one page of the items a stored request gave."""
+    async with database.read() as session:
+        if await repository.get_response(session, response_id, tenant) is None:
+            raise response_not_found(response_id)
+        return await stored_item_page(
+            session,
+            INPUT_ITEMS,
+            response_id,
+            page,
+            InputItemList,
+            includes=includes,
+            unknown_after=lambda after: f"Invalid 'after': no input item '{after}' in response '{response_id}'.",
+        )
+
+
+#: How a delete stops a response still queued or generating (the API: cancel it, then wait until it ended).
+StopRunning = Callable[[str], Awaitable[None]]
+
+
+async def delete_response(
+    database: Database, response_id: str, tenant: str, *, stop_running: StopRunning | None
+) -> DeletedResponse:
+    """Delete a stored response with its items and events. One still queued or generating is stopped first with
+    `stop_running`, so that its generation does not go on for a response that is gone; with None (the operator
+    CLI, which has no queue to reach a generation through) it is a 400 instead."""
+    async with database.read() as session:
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    if row.status not in TERMINAL_STATUSES:
+        if stop_running is None:
+            raise InvalidRequest(
+                f"Response '{response_id}' is still {row.status}: cancel it (POST /v1/responses/{response_id}/cancel) "
+                "or wait until it ends, then delete it.",
+                param="response_id",
+                code="response_in_progress",
+            )
+        await stop_running(response_id)
+    async with database.transaction() as session:
+        if not await repository.delete_response(session, response_id, tenant):
+            raise response_not_found(response_id)
+    return DeletedResponse(id=response_id)

@@ -1,0 +1,40 @@
+"""A create, step by step: the request checked as a whole, its context built and rendered (compacted first when it
+passes its `context_management` threshold: the only step that may generate before the create is stored), then
+prepared, stored and run. Input token counts take the same steps up to the prompt, so that they count exactly
+what a create with the same body would read."""
+
+from __future__ import annotations
+
+from app.responses.compaction import compact_context
+from app.responses.context import ConnectionChain, build_context, render_prompt
+from app.responses.preparation import PreparedResponse, RenderedContext, check_combination, prepare_response
+from app.responses.schemas import CreateResponseRequest, InputTokenCount
+from app.runtime import Runtime
+
+
+async def render_context(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+) -> RenderedContext:
+    """Tools, input, history -> the prompt tokens, after an automatic compaction when the request asks for one
+    and the context passes its threshold. `connection`: a WebSocket connection's unstored last response."""
+    context = await build_context(request, tenant, runtime, connection=connection)
+    prompt = await render_prompt(runtime, context)
+    if prompt is None:
+        prompt, item = await compact_context(runtime, context, tenant)
+        return RenderedContext(context, prompt, [item])
+    return RenderedContext(context, prompt)
+
+
+async def prepare(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+) -> PreparedResponse:
+    """Everything that can fail with a 400 happens here, before the response is stored."""
+    check_combination(request)
+    rendered = await render_context(request, tenant, runtime, connection=connection)
+    return await prepare_response(request, rendered, tenant, runtime.settings)
+
+
+async def count_input_tokens(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> InputTokenCount:
+    """Exactly the `usage.input_tokens` of a create with the same body: the same context, rendered the same way."""
+    rendered = await render_context(request, tenant, runtime)
+    return InputTokenCount(input_tokens=len(rendered.prompt))

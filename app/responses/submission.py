@@ -1,0 +1,96 @@
+"""A prepared response -> stored, enqueued, and answered: at once (background), as a stream, or when done."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import anyio
+
+from app.conversations import turns
+from app.db.models import ResponseRow
+from app.events.assembler import opening_events
+from app.jobs import repository as jobs
+from app.observability import logs
+from app.responses import repository
+from app.responses.preparation import PreparedResponse
+from app.responses.reads import read_response
+from app.responses.relay import RelayMode
+from app.responses.runs import final_response, start_and_follow
+from app.runtime import Runtime
+from app.schemas.responses import ResponseObject, ResponseParams
+
+
+async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
+    response = prepared.response
+    row = ResponseRow(
+        id=response.id,
+        tenant=tenant,
+        status=response.status,
+        model=response.model,
+        background=response.background,
+        stream=prepared.stream,
+        previous_response_id=response.previous_response_id,
+        params=ResponseParams.model_validate(response.model_dump()).model_dump(mode="json"),
+        output=[],
+        job=prepared.job.to_payload(),
+        created_at=prepared.created,
+    )
+    async with runtime.database.transaction() as session:
+        await repository.insert_response(session, row, prepared.items)
+        if prepared.job.announced:
+            # Stored with the row: a background stream's client gets them at once, and a replay starts with them.
+            events = [event.model_dump(mode="json") for event in opening_events(response)]
+            await jobs.insert_events(session, response.id, events)
+        if prepared.conversation is not None:
+            await turns.claim(session, prepared.conversation, response.id, tenant)
+
+
+async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
+    """Store (when asked), commit, then enqueue: no job ever points at an uncommitted row."""
+    logs.bind(response_id=prepared.response.id, model=prepared.response.model)
+    if prepared.job.store:
+        await _store_new(runtime, prepared, tenant)
+    elif prepared.conversation is not None:
+        async with runtime.database.transaction() as session:
+            await turns.claim(session, prepared.conversation, prepared.response.id, tenant)
+    try:
+        await runtime.queue.enqueue(prepared.job)
+    except Exception:
+        # Nothing half-stored: a response whose job could not be queued would wait forever.
+        with anyio.CancelScope(shield=True):
+            async with runtime.database.transaction() as session:
+                if prepared.job.store:
+                    await repository.delete_response(session, prepared.response.id, tenant)
+                if prepared.conversation is not None:
+                    await turns.release(session, prepared.conversation, prepared.response.id)
+        raise
+
+
+def _relay_mode(prepared: PreparedResponse) -> RelayMode:
+    if prepared.job.keep_events:  # a background stream: its events are stored (its opening ones already)
+        return RelayMode.REPLAY
+    return RelayMode.STORED if prepared.job.store else RelayMode.UNSTORED
+
+
+async def open_stream(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> AsyncIterator[dict[str, Any]]:
+    """Subscribe, store and enqueue (before the first event, so faults are plain HTTP errors), then relay."""
+    return await start_and_follow(
+        runtime,
+        prepared.job,
+        _relay_mode(prepared),
+        partial(submit_response, runtime, prepared, tenant),
+        snapshot=None if prepared.job.store else prepared.response,
+    )
+
+
+async def create_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> ResponseObject:
+    """Non-streaming create: background returns at once (queued); otherwise wait for the terminal event."""
+    if prepared.response.background:
+        await submit_response(runtime, prepared, tenant)
+        return prepared.response
+    final = await final_response(await open_stream(runtime, prepared, tenant))
+    if final is None:  # the terminal event was missed: the stored row has the final state
+        return await read_response(runtime.database, prepared.response.id, tenant)
+    return final

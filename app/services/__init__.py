@@ -1,1 +1,0 @@
-"""The behaviour of the API: create, chain, retrieve, delete, list; routes call exactly one of these."""

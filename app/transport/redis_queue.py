@@ -1,0 +1,190 @@
+"""Distributed mode's queue: generation jobs on arq/Redis (job id = response id), one queue per model (so a worker
+takes only jobs it can run), cancel signals by pub/sub, and the registry of live workers (sorted sets, one for
+every worker and one per model: worker id -> when its heartbeat expires)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from arq import create_pool
+from arq.connections import ArqRedis, RedisSettings
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
+
+from app.config import Settings
+from app.generation.job import GenerationJob
+from app.transport.base import ModelAvailability
+from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
+
+QUEUE_NAME = f"{KEY_PREFIX}:jobs"
+#: worker id -> the Unix time its registration expires unless its heartbeat renews it.
+WORKERS_KEY = f"{KEY_PREFIX}:workers"
+#: How long a worker stays the preferred home of an affinity key after its last job with that key.
+AFFINITY_TTL_S = 600
+GENERATE_TASK = "generate"
+#: Fail fast when Redis is down: a create is a 503 in about this long, not a hang.
+REDIS_CONNECT_TIMEOUT_S = 2
+
+
+def model_queue(model: str) -> str:
+    """The queue of one model's jobs, which every worker serving that model takes from."""
+    return f"{QUEUE_NAME}:model:{model}"
+
+
+def worker_queue(worker_id: str) -> str:
+    """A worker's own queue, for jobs sent to it by affinity (of any model it serves); it takes from its models'
+    queues too."""
+    return f"{QUEUE_NAME}:{worker_id}"
+
+
+def model_workers_key(model: str) -> str:
+    """The live workers that serve `model` (as WORKERS_KEY, for every worker)."""
+    return f"{WORKERS_KEY}:model:{model}"
+
+
+def job_holder_key(response_id: str) -> str:
+    """The id of the worker running this response's job, set while it runs."""
+    return f"{KEY_PREFIX}:holder:{response_id}"
+
+
+def affinity_owner_key(tenant: str, model: str, affinity_key: str) -> str:
+    """Where the worker that last ran `tenant`'s jobs of `model` with this key is named. Scoped by tenant, so
+    that one tenant's prompt_cache_key never routes to (or reveals) another's, and by model, since a prefix is
+    cached only by the model that read it; hashed, so a key's size is bounded."""
+    scope = f"{len(tenant)}:{tenant}:{len(model)}:{model}:{affinity_key}"
+    digest = hashlib.sha256(scope.encode()).hexdigest()
+    return f"{KEY_PREFIX}:affinity:{digest}"
+
+
+#: Deletes a lock only while it is still the holder's (a lock that expired and was taken since stays).
+_RELEASE_LOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@asynccontextmanager
+async def exclusive(redis: ArqRedis, name: str, ttl_s: int) -> AsyncIterator[bool]:
+    """A lock across workers: yields whether this caller holds it (someone else does: False, run nothing). It
+    expires after `ttl_s`, so a worker that died holding it blocks the others that long at most."""
+    key, token = f"{KEY_PREFIX}:lock:{name}", secrets.token_hex(16)
+    held = bool(await redis.set(key, token, nx=True, ex=ttl_s))
+    try:
+        yield held
+    finally:
+        if held:
+            await redis.eval(_RELEASE_LOCK, 1, key, token)  # type: ignore[misc]
+
+
+def redis_settings(redis_url: str) -> RedisSettings:
+    settings = RedisSettings.from_dsn(redis_url)
+    settings.conn_timeout = REDIS_CONNECT_TIMEOUT_S
+    settings.conn_retries = 1
+    return settings
+
+
+async def register_worker(redis: ArqRedis, worker_id: str, models: Sequence[str], ttl_s: float) -> None:
+    """Mark the worker alive, serving `models`, for `ttl_s`; forget workers whose registration has long expired."""
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in (WORKERS_KEY, *(model_workers_key(model) for model in models)):
+            pipe.zadd(key, {worker_id: now + ttl_s})
+            pipe.zremrangebyscore(key, "-inf", now - 3600)
+        await pipe.execute()
+
+
+async def unregister_worker(redis: ArqRedis, worker_id: str, models: Sequence[str]) -> None:
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in (WORKERS_KEY, *(model_workers_key(model) for model in models)):
+            pipe.zrem(key, worker_id)
+        await pipe.execute()
+
+
+class ArqQueue:
+    def __init__(self, pool: ArqRedis) -> None:
+        self.pool = pool
+        self.bus = RedisBus(pool)
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> ArqQueue:
+        assert settings.redis_url is not None
+        return cls(await create_pool(redis_settings(settings.redis_url), default_queue_name=QUEUE_NAME))
+
+    async def enqueue(self, job: GenerationJob) -> None:
+        # A job id that is already queued makes this a no-op: one response is generated once.
+        queue = await self._queue_for(job)
+        await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=job.response_id, _queue_name=queue)
+        await self._announce(queue)
+
+    async def _announce(self, queue: str) -> None:
+        """Wake the queue's workers: without it a job waits for their next poll (up to WORKER_POLL_S, most of the
+        time to first token). Only a hint: a lost one costs that wait, never the job."""
+        await self.pool.publish(JOB_READY_CHANNEL, queue)
+
+    async def _queue_for(self, job: GenerationJob) -> str:
+        """The queue of the live worker that last ran a job of this model with this one's affinity key (its
+        prefix cache likely holds this prompt's start); else the model's queue, which its workers take from."""
+        if job.affinity_key:
+            owner = await self.pool.get(affinity_owner_key(job.tenant, job.model, job.affinity_key))
+            if owner is not None and await self._is_alive(owner.decode(), job.model):
+                return worker_queue(owner.decode())
+        return model_queue(job.model)
+
+    async def _is_alive(self, worker_id: str, model: str | None = None) -> bool:
+        key = WORKERS_KEY if model is None else model_workers_key(model)
+        expires = await self.pool.zscore(key, worker_id)
+        return expires is not None and expires > time.time()
+
+    async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
+        # arq keeps a job's record (and an in-progress lock for an hour) after its worker dies: without clearing
+        # them, the new enqueue would be a no-op and no worker would take the job before the lock expired.
+        response_id = job.response_id
+        async with self.pool.pipeline(transaction=True) as pipe:
+            for prefix in (job_key_prefix, in_progress_key_prefix, result_key_prefix, retry_key_prefix):
+                pipe.delete(prefix + response_id)
+            pipe.zrem(model_queue(job.model), response_id)
+            if previous_owner is not None:
+                pipe.zrem(worker_queue(previous_owner), response_id)
+            await pipe.execute()
+        await self.pool.enqueue_job(
+            GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=model_queue(job.model)
+        )
+        await self._announce(model_queue(job.model))
+
+    async def job_is_waiting(self, response_id: str) -> bool:
+        # arq's job record lives from enqueue to the end of the run, whichever queue holds it.
+        return bool(await self.pool.exists(job_key_prefix + response_id, in_progress_key_prefix + response_id))
+
+    async def cancel(self, response_id: str) -> None:
+        await self.pool.publish(CANCEL_CHANNEL, response_id)
+
+    async def live_workers(self, model: str | None = None) -> int:
+        """One sorted-set count, whatever the size of the keyspace."""
+        key = WORKERS_KEY if model is None else model_workers_key(model)
+        return int(await self.pool.zcount(key, time.time(), "+inf"))
+
+    async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
+        now = time.time()
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zcount(model_workers_key(model), now, "+inf")
+                # NOTE: the model's queue only; jobs routed to a worker's own queue (affinity) are taken at once.
+                pipe.zcard(model_queue(model))
+            replies = await pipe.execute()
+        return {
+            model: ModelAvailability(live_workers=int(workers), waiting_jobs=int(waiting))
+            for model, workers, waiting in zip(models, replies[::2], replies[1::2], strict=True)
+        }
+
+    async def ping(self) -> None:
+        await self.pool.ping()
+
+    async def job_alive(self, response_id: str) -> bool:
+        # arq keeps a job's key from enqueue until the job ends; the holder key names who runs it.
+        if not await self.pool.exists(job_key_prefix + response_id):
+            return False
+        holder = await self.pool.get(job_holder_key(response_id))
+        return holder is None or await self._is_alive(holder.decode())
+
+    async def close(self) -> None:
+        await self.pool.aclose()

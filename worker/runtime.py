@@ -1,0 +1,78 @@
+"""What a worker builds once at start-up and every task of it shares: one typed object under one arq ctx key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from arq.connections import ArqRedis
+
+from app.config import Settings
+from app.db.session import Database
+from app.generation.model_pool import ModelPool
+from app.generation.registry_loading import load_registry
+from app.ids import new_id
+from app.jobs.execution import JobExecutor
+from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.observability import tracing
+from app.transport.redis_bus import RedisBus
+from app.transport.redis_queue import ArqQueue, unregister_worker
+from worker.tasks import JobAnnouncements
+
+#: The arq ctx key of the WorkerRuntime (arq's own `redis` sits beside it).
+RUNTIME_KEY = "llama_responses"
+
+
+@dataclass(eq=False)
+class WorkerRuntime:
+    settings: Settings
+    #: The served models' ids (at least one): the first's queue is the main arq worker's.
+    models: Sequence[str]
+    worker_id: str
+    redis: ArqRedis
+    database: Database
+    pool: ModelPool
+    executor: JobExecutor
+    reconciler: Reconciler
+    #: Jobs announced on each queue: its arq worker polls at once.
+    announcements: JobAnnouncements
+    #: The supervised background tasks (signals, heartbeat, reconciler, the other queues' workers).
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def start(
+        cls, settings: Settings, models: Sequence[str], redis: ArqRedis, announcements: JobAnnouncements
+    ) -> WorkerRuntime:
+        """Load the models (before the first heartbeat: a live worker is one that can generate), then connect."""
+        pool = ModelPool.from_settings(settings, load_registry(settings))
+        try:
+            for model in models:
+                await pool.preload(model)
+        except BaseException:
+            await pool.close()
+            raise
+        database = Database.connect(settings.database_url)
+        if tracing.configure_tracing("llama-responses-worker"):
+            tracing.instrument_database(database.engine)
+        worker_id = new_id("worker")
+        executor = JobExecutor(pool, database, RedisBus(redis), owner=worker_id, lease_s=settings.lease_s)
+        reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
+        return cls(settings, models, worker_id, redis, database, pool, executor, reconciler, announcements)
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(Exception):
+            await unregister_worker(self.redis, self.worker_id, self.models)
+        await self.pool.close()
+        await self.database.dispose()
+
+
+def runtime_of(ctx: dict[str, Any]) -> WorkerRuntime:
+    runtime: WorkerRuntime = ctx[RUNTIME_KEY]
+    return runtime
