@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from openai.types.responses import (
     FunctionTool,
     Response,
@@ -164,3 +165,14 @@ def socket_exchange(connection: Any, **fields: Any) -> list[dict[str, Any]]:
         if event.type in TERMINAL_EVENTS or (event.type == "error" and event.sequence_number is None):
             return events
     raise AssertionError("the connection closed before the response ended")
+
+
+def assert_error(reply: httpx.Response, status: int, *, param: str | None, code: str | None = None) -> dict:
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert error["param"] == param, error
+    if code is not None:
+        assert error["code"] == code, error
+    return error

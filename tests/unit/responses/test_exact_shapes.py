@@ -11,8 +11,7 @@ import pytest
 
 from app.testing.fakes import FakeRunner
 from app.testing.sse import parse_sse
-from tests.protocol import assert_exact_response, assert_well_formed_stream
-from tests.unit.test_bad_input import assert_error
+from tests.protocol import assert_error, assert_exact_response, assert_well_formed_stream
 
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 

@@ -35,7 +35,7 @@ from app.runtime import Runtime
 from app.testing.fakes import FakeRunner
 from app.transport.memory_bus import MemoryBus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

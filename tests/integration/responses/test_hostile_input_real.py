@@ -18,7 +18,7 @@ from app.main import create_app
 from app.testing.databases import fresh_postgres_database
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from app.testing.servers import run_cli
-from tests.unit.test_hostile_input import stored_responses
+from tests.unit.responses.test_hostile_input import stored_responses
 
 WORDS = "river owl glass comet bread map bee tea lantern orbit harbor meadow".split()  # noqa: SIM905
 

@@ -7,7 +7,7 @@ import pytest
 from openai.types.responses import InputTokenCountResponse
 
 from app.testing.fakes import FakeRenderer, FakeRunner
-from tests.unit.test_bad_input import assert_error
+from tests.protocol import assert_error
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
 

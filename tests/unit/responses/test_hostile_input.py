@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from app.db.models import ResponseRow
 from app.runtime import Runtime
 from app.testing.fakes import FakeRenderer, FakeRunner
-from tests.unit.test_bad_input import assert_error
+from tests.protocol import assert_error
 
 
 async def stored_responses(runtime: Runtime) -> int:

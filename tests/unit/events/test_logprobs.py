@@ -13,8 +13,7 @@ from app.ids import new_id
 from app.schemas.responses import ResponseObject
 from app.testing.fakes import FakeRunner
 from app.testing.sse import parse_sse
-from tests.protocol import assert_exact_response, assert_well_formed_stream
-from tests.unit.test_bad_input import assert_error
+from tests.protocol import assert_error, assert_exact_response, assert_well_formed_stream
 
 LOGPROBS = "message.output_text.logprobs"
 

@@ -13,7 +13,7 @@ from app.cli import build_parser
 from app.config import Settings
 from app.generation.registry_loading import load_registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SUBCOMMANDS = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
 SETTINGS = {f"RESPONSES_{name.upper()}" for name in Settings.model_fields}
 

@@ -18,7 +18,7 @@ from app.runtime import Runtime
 from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from app.testing.sse import parse_sse
 from tests.protocol import assert_well_formed_stream
-from tests.unit.test_background import poll_until_done
+from tests.unit.responses.test_background import poll_until_done
 
 CONVERSATION_ITEM = TypeAdapter(ConversationItem)
 

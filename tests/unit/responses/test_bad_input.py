@@ -6,18 +6,7 @@ import httpx
 import pytest
 
 from app.testing.fakes import FakeRenderer, FakeRunner
-
-
-def assert_error(reply: httpx.Response, status: int, *, param: str | None, code: str | None = None) -> dict:
-    assert reply.status_code == status, reply.text
-    error = reply.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
-    assert error["param"] == param, error
-    if code is not None:
-        assert error["code"] == code, error
-    return error
-
+from tests.protocol import assert_error
 
 FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 
