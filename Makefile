@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 LLAMA_CPP_VERSION := 0.3.36
 # NOTE: a portable AVX2 build. llama.cpp's default -march=native build segfaults in its first decode on our
-# AMX-capable CPUs; set LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" for a CUDA build (see README.md).
+# AMX-capable CPUs; set LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" for a CUDA build (see docs/reference/settings.md).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 # pip's own wheel cache ignores CMAKE_ARGS, so each flag set gets a wheel directory of its own.
 WHEELS := $(HOME)/.cache/llama-responses/wheels/$(shell echo '$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-16)
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: install serve test lint clean
+.PHONY: install serve test lint docs docs-build clean
 
 $(BIN)/llama-responses: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,15 @@ lint: install
 	$(BIN)/ruff format --check app worker tests migrations bench
 	$(BIN)/mypy
 
-test: lint
+# The documentation site (mkdocs.yml, docs/). NO_MKDOCS_2_WARNING: Material's end-of-life banner, not a build warning.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Built outside the tree; strict: a broken link or anchor, or a page left out of the nav, fails it.
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $${TMPDIR:-/tmp}/llama-responses-site
+
+test: lint docs-build
 	$(BIN)/pytest
 
 clean:

