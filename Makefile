@@ -11,7 +11,7 @@ WHEELS := $(HOME)/.cache/llama-responses/wheels/$(shell echo '$(LLAMA_CPP_VERSIO
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: install serve test lint docs docs-build clean
+.PHONY: install serve test test-fast lint docs docs-build clean
 
 $(BIN)/llama-responses: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,8 @@ serve: install
 	$(BIN)/llama-responses serve --host $(HOST) --port $(PORT)
 
 lint: install
-	$(BIN)/ruff check app worker tests migrations bench
-	$(BIN)/ruff format --check app worker tests migrations bench
+	$(BIN)/ruff check app worker tests migrations bench docs/hooks
+	$(BIN)/ruff format --check app worker tests migrations bench docs/hooks
 	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml, docs/). NO_MKDOCS_2_WARNING: Material's end-of-life banner, not a build warning.
@@ -42,6 +42,11 @@ docs: install
 docs-build: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $${TMPDIR:-/tmp}/llama-responses-site
 
+# Lint, types, the docs build and the unit tests: a few minutes, no Postgres, Redis or model needed.
+test-fast: lint docs-build
+	$(BIN)/pytest tests/unit
+
+# Everything: the unit tests, then integration (real model, SQLite and Postgres, Redis), faults, fuzz, browser.
 test: lint docs-build
 	$(BIN)/pytest
 
