@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llama-responses",
         description="A self-hosted, stateful OpenAI Responses API server on llama.cpp. "
-        "Settings come from RESPONSES_* environment variables (see README.md).",
+        "Settings come from RESPONSES_* environment variables (see docs/reference/settings.md).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the API server (embedded mode: with the model in-process)")

@@ -18,7 +18,7 @@ class InvalidSchema(ValueError):
     """The schema is not valid JSON Schema, or uses what llama.cpp's grammar converter cannot express."""
 
 
-# Bounds on what llama.cpp is asked to build, measured with bench/grammar_limits.py (its table is in the README).
+# Bounds on what llama.cpp is asked to build, measured with bench/grammar_limits.py (docs/reference/limits.md).
 # The converter spells a bounded repetition (a string's maxLength, an array's maxItems, a regex's {m,n}) as that
 # many nested groups, and llama.cpp parses them recursively: it refuses more than 1,000 levels and overflows its
 # stack (killing the process) from about 20,000 in a thread. Each bound sits at half of what llama.cpp accepts.

@@ -34,7 +34,8 @@ def load_settings() -> tuple[Settings | None, Finding]:
         settings = Settings()
     except ValidationError as error:
         wrong = "; ".join(setting_problems(error))
-        return None, Finding("settings", False, wrong, "correct these environment variables (or .env); see README")
+        fix = "correct these environment variables (or .env); see docs/reference/settings.md"
+        return None, Finding("settings", False, wrong, fix)
     mode = "embedded mode (no Redis)" if settings.embedded else "distributed mode"
     keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API keys: an open server"
     return settings, Finding("settings", True, f"{mode}, {keys}")
@@ -49,7 +50,7 @@ def check_models(settings: Settings) -> Finding:
             False,
             str(error),
             "correct RESPONSES_MODELS_FILE, RESPONSES_MODELS, RESPONSES_MODELS_DIR or RESPONSES_MODEL_PATH "
-            "(README: Models)",
+            "(docs/operating/models.md)",
         )
     served = ", ".join(f"{spec.id} ({spec.path.stat().st_size / 2**20:.0f} MiB)" for spec in registry)
     return Finding("models", True, f"{served}; default {registry.default.id}")

@@ -31,7 +31,8 @@ from tests.protocol import assert_well_formed_stream
 
 pytestmark = pytest.mark.integration
 
-#: What the README promises: a stream learns that its worker died, and Postgres back serves again, within these.
+#: What docs/operating/distributed.md promises: a stream learns that its worker died, and Postgres back serves
+#: again, within these.
 WORKER_LOSS_BOUND_S = 30
 POSTGRES_RECOVERY_BOUND_S = 15
 POSTGRES_OUTAGE_S = 10
