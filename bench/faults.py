@@ -22,11 +22,10 @@ from typing import Any
 import httpx
 import redis
 
+from app.events.terminal import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
 from app.testing.cluster import (
     NUMBERS,
     STORY,
-    TERMINAL_EVENTS,
-    TERMINAL_STATUSES,
     Cluster,
     PostgresServer,
     RedisServer,
@@ -359,7 +358,7 @@ def unstored_worker_killed(cluster: Cluster, api: ServerProcess, workers: list[S
         "fault": "store: false stream, its worker SIGKILLed",
         "to_terminal_s": (reader.ended_at or time.monotonic()) - killed,
         "final": reader.terminal["type"] if reader.terminal else None,
-        "stuck": int(reader.alive or reader.terminal is None or reader.terminal["type"] not in TERMINAL_EVENTS),
+        "stuck": int(reader.alive or reader.terminal is None or reader.terminal["type"] not in TERMINAL_EVENT_TYPES),
     }
 
 

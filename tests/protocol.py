@@ -19,12 +19,11 @@ from openai.types.responses.response_output_text import Logprob, LogprobTopLogpr
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel, TypeAdapter
 
+from app.events.terminal import SDK_TERMINAL_EVENT_TYPES, TERMINAL_EVENT_TYPES
+
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
 #: What WebSocket mode sends: the stream events plus `stream_id`, and errors nested as ResponseWsError.
 SOCKET_EVENT = TypeAdapter(ResponsesServerEvent)
-TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed"}
-#: NOTE: not in the SDK's event union (it ends a cancelled background stream); its response is checked alone.
-CANCELLED_EVENT = "response.cancelled"
 #: How a stream that failed with a message open ends: the message closed (incomplete), `error`, then the failure.
 FAILED_WITH_OPEN_MESSAGE = [
     "response.output_text.done",
@@ -45,7 +44,8 @@ def assert_well_formed_stream(
     """
     assert events, "empty stream"
     for event in events:
-        if event["type"] != CANCELLED_EVENT:
+        # NOTE: `response.cancelled` is not in the SDK's event union; its response is checked alone.
+        if event["type"] not in TERMINAL_EVENT_TYPES - SDK_TERMINAL_EVENT_TYPES:
             union.validate_python(event)
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created"
@@ -53,7 +53,7 @@ def assert_well_formed_stream(
     open_items: dict[str, dict[str, Any]] = {}
     open_parts: set[tuple[str, int]] = set()
     deltas: dict[tuple[str, int], str] = {}
-    terminal = [index for index, event in enumerate(events) if event["type"] in {*TERMINAL_EVENTS, CANCELLED_EVENT}]
+    terminal = [index for index, event in enumerate(events) if event["type"] in TERMINAL_EVENT_TYPES]
     assert len(terminal) == 1 and terminal[0] == len(events) - 1, [event["type"] for event in events]
     for event in events:
         kind = event["type"]
@@ -162,7 +162,7 @@ def socket_exchange(connection: Any, **fields: Any) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for event in connection:
         events.append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
-        if event.type in TERMINAL_EVENTS or (event.type == "error" and event.sequence_number is None):
+        if event.type in SDK_TERMINAL_EVENT_TYPES or (event.type == "error" and event.sequence_number is None):
             return events
     raise AssertionError("the connection closed before the response ended")
 

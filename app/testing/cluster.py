@@ -27,11 +27,10 @@ from typing import Any
 import asyncpg
 import httpx
 
+from app.events.terminal import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
 from app.testing.servers import RedisServer, ServerProcess, free_port, run_cli, wait_until_ready
 
 __all__ = [
-    "TERMINAL_EVENTS",
-    "TERMINAL_STATUSES",
     "Cluster",
     "PostgresServer",
     "RedisServer",
@@ -47,8 +46,6 @@ __all__ = [
     "wait_for_status",
 ]
 
-TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
-TERMINAL_EVENTS = frozenset({f"response.{status}" for status in TERMINAL_STATUSES})
 STORY = "Write a long story about a dragon who learns to bake bread."
 PG_START_TIMEOUT_S = 60
 
@@ -304,7 +301,7 @@ class StreamReader:
     @property
     def terminal(self) -> dict[str, Any] | None:
         for event in self.events:
-            if event["type"] in TERMINAL_EVENTS:
+            if event["type"] in TERMINAL_EVENT_TYPES:
                 return event
         return None
 

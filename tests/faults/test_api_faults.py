@@ -13,9 +13,9 @@ import httpx
 import pytest
 import redis
 
+from app.events.terminal import TERMINAL_STATUSES
 from app.testing.cluster import (
     STORY,
-    TERMINAL_STATUSES,
     Cluster,
     PostgresServer,
     ServerProcess,

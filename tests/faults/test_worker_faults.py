@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.events.terminal import TERMINAL_EVENT_TYPES
 from app.testing.cluster import (
     NUMBERS,
     STORY,
-    TERMINAL_EVENTS,
     Cluster,
     PostgresServer,
     RedisServer,
@@ -254,7 +254,7 @@ def test_cancel_is_honoured_queued_and_generating(
     reader.join(30)
     # NOTE: `response.cancelled` is not in the SDK's event union, so the stream is checked by hand.
     assert reader.done and [event["sequence_number"] for event in reader.events] == list(range(len(reader.events)))
-    assert [event["type"] for event in reader.events if event["type"] in TERMINAL_EVENTS] == ["response.cancelled"]
+    assert [event["type"] for event in reader.events if event["type"] in TERMINAL_EVENT_TYPES] == ["response.cancelled"]
     assert reader.events[-1]["type"] == "response.cancelled"
     final = reader.events[-1]["response"]
     assert final["status"] == "cancelled" and final == reply.json()
