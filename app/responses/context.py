@@ -195,7 +195,7 @@ class Context:
         )
 
 
-async def build_context(
+async def gather_context(
     request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
 ) -> Context:
     """Model, tools, input and history, checked (a 400 for whatever is wrong). `connection`: see _load_history."""

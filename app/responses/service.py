@@ -6,7 +6,7 @@ what a create with the same body would read."""
 from __future__ import annotations
 
 from app.responses.compaction import compact_context
-from app.responses.context import ConnectionChain, build_context, render_prompt
+from app.responses.context import ConnectionChain, gather_context, render_prompt
 from app.responses.preparation import PreparedResponse, RenderedContext, check_combination, prepare_response
 from app.responses.schemas import CreateResponseRequest, InputTokenCount
 from app.runtime import Runtime
@@ -17,7 +17,7 @@ async def render_context(
 ) -> RenderedContext:
     """Tools, input, history -> the prompt tokens, after an automatic compaction when the request asks for one
     and the context passes its threshold. `connection`: a WebSocket connection's unstored last response."""
-    context = await build_context(request, tenant, runtime, connection=connection)
+    context = await gather_context(request, tenant, runtime, connection=connection)
     prompt = await render_prompt(runtime, context)
     if prompt is None:
         prompt, item = await compact_context(runtime, context, tenant)
