@@ -58,16 +58,6 @@ async def all_items(session: AsyncSession, conversation_id: str) -> list[dict[st
     return list((await session.execute(query)).scalars())
 
 
-async def get_item(session: AsyncSession, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-    query = (
-        select(ConversationItemRow.item)
-        .where(ConversationItemRow.conversation_id == conversation_id, ConversationItemRow.item_id == item_id)
-        .order_by(ConversationItemRow.position)
-        .limit(1)
-    )
-    return (await session.execute(query)).scalar_one_or_none()
-
-
 async def append_items(session: AsyncSession, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
     """Add items at the end, in order; False when the conversation is gone.
 

@@ -14,6 +14,7 @@ from app.db.models import ConversationRow
 from app.db.session import Database
 from app.errors import NotFound
 from app.ids import new_id
+from app.items import repository as items
 from app.items.compaction import check_compactions
 from app.items.includes import with_includes
 from app.items.normalization import normalize_input
@@ -130,7 +131,7 @@ async def get_item(
 ) -> Item:
     async with database.read() as session:
         await _owned(session, conversation_id, tenant)
-        item = await repository.get_item(session, conversation_id, item_id)
+        item = await items.stored_item(session, CONVERSATION_ITEMS, conversation_id, item_id)
     if item is None:
         raise item_not_found(item_id)
     return with_includes([STORED_ITEM.validate_python(item)], includes)[0]

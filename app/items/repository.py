@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -77,13 +77,19 @@ CONVERSATION_ITEMS = ItemTable(
 
 async def item_position(session: AsyncSession, table: ItemTable, owner_id: str, item_id: str) -> int | None:
     """Where the item of that id first stands in the owner's list."""
-    query = (
-        select(table.position)
-        .where(table.owner == owner_id, table.item_id == item_id)
-        .order_by(table.position)
-        .limit(1)
-    )
-    return (await session.execute(query)).scalar_one_or_none()
+    position: int | None = (await session.execute(_first_with_id(table.position, table, owner_id, item_id))).scalar()
+    return position
+
+
+async def stored_item(session: AsyncSession, table: ItemTable, owner_id: str, item_id: str) -> dict[str, Any] | None:
+    """The owner's item of that id (its first copy)."""
+    item: dict[str, Any] | None = (await session.execute(_first_with_id(table.item, table, owner_id, item_id))).scalar()
+    return item
+
+
+def _first_with_id(column: InstrumentedAttribute[Any], table: ItemTable, owner_id: str, item_id: str) -> Select[Any]:
+    """The query of `column` of the first item of that id in the owner's list."""
+    return select(column).where(table.owner == owner_id, table.item_id == item_id).order_by(table.position).limit(1)
 
 
 async def item_page(
