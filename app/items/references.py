@@ -10,10 +10,6 @@ from app.errors import InvalidRequest
 from app.items import repository
 
 
-def has_references(items: list[dict[str, Any]]) -> bool:
-    return any(item.get("type") == "item_reference" for item in items)
-
-
 async def resolve_references(database: Database, items: list[dict[str, Any]], tenant: str, *, param: str) -> None:
     """Replace each item_reference in `items` with the item it names, in place; 400 naming `param[i].id` for
     an id this tenant holds nowhere (unknown, deleted, or another tenant's)."""
