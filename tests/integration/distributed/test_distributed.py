@@ -228,9 +228,15 @@ def test_a_chain_follows_the_worker_that_holds_its_prefix(cluster: Cluster) -> N
             first = a.responses.create(model=model, input="Name a fruit.", temperature=0, max_output_tokens=16)
             owner = connection.get(affinity_owner_key(OPEN_TENANT, model, first.id))
             assert owner is not None and connection.zscore("llama-responses:workers", owner.decode()) is not None
-        # A long job of the same chain goes to the owner and occupies it...
+        # A long job of the same chain goes to the owner and occupies it (at temperature 0 this story runs all
+        # 4,000 tokens: at 1 it sometimes ended before the cancel below, which then found it completed)...
         busy = b.responses.create(
-            model=model, input=STORY, previous_response_id=first.id, background=True, max_output_tokens=4000
+            model=model,
+            input=STORY,
+            previous_response_id=first.id,
+            background=True,
+            max_output_tokens=4000,
+            temperature=0,
         )
         assert poll_until(a, busy.id, "in_progress").status == "in_progress"
         # ...so the next turn waits in the owner's own queue rather than going to the idle worker.
