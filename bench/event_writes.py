@@ -206,13 +206,14 @@ async def _writer(
 ) -> tuple[int, int]:
     """One run storing its events in batches of `batch`, as JobExecution does, until `deadline`: (events, writes)."""
     number = position = 0
+    holder = jobs.Holder(owner="bench", attempt=1)
     while time.monotonic() < deadline:
         payloads = [{**DELTA, "sequence_number": number + offset} for offset in range(batch)]
         step = jobs.ProgressStep(position=position, pieces=[" bread"] * batch, ids=[])
         async with sessionmaker() as session, session.begin():
             now = utc_now()
             held, _ = await jobs.renew(
-                session, response_id, owner="bench", now=now, lease_until=now + timedelta(seconds=15), progress=step
+                session, response_id, holder=holder, now=now, lease_until=now + timedelta(seconds=15), progress=step
             )
             assert held
             await jobs.insert_events(session, response_id, payloads)
@@ -236,6 +237,7 @@ async def _event_rate(database_url: str, writers: int, batch: int, seconds: floa
                     stream=True,
                     params={},
                     lease_owner="bench",
+                    attempts=1,
                     lease_expires_at=utc_now() + timedelta(hours=1),
                 )
                 for response_id in ids

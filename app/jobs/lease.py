@@ -1,7 +1,8 @@
 """Who owns a stored job, decided in one place: a run claims it under a lease (owner + expiry), renews it while it
 generates (with each batch it stores, and on a heartbeat), hands it over when its process stops, and finishes it.
 Every one of these is a conditional write on the response's row, made in the caller's transaction beside what it
-stores, so that a takeover and a late first run never both store."""
+stores, and fenced by the claim's attempt (repository.Holder), so that a takeover and a late first run never both
+store, even where both runs are in one process."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from app.db.session import Database
 from app.generation.runner import GenerationRun
 from app.jobs import repository
 from app.jobs.progress import ProgressLog
-from app.jobs.repository import Progress, ProgressStep
+from app.jobs.repository import Holder, Progress, ProgressStep
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,13 @@ class JobLease:
         self.lease_s = lease_s
         #: Keep the stored job after the claim, for a later takeover (background jobs).
         self.keep_job = keep_job
+        #: Set by the claim: every later write is fenced by it (repository.Holder).
+        self._claimed_by: Holder | None = None
+
+    @property
+    def holder(self) -> Holder:
+        assert self._claimed_by is not None, "the lease is used before its claim"
+        return self._claimed_by
 
     def _until(self) -> datetime:
         return utc_now() + timedelta(seconds=self.lease_s)
@@ -73,6 +81,7 @@ class JobLease:
         )
         if row is None:
             return None
+        self._claimed_by = Holder(self.owner, row.attempts)
         progress = await repository.progress_of(session, row.id)
         next_stored = 0
         if row.attempts > 1 and progress is None and keeps_events:
@@ -84,7 +93,7 @@ class JobLease:
     async def renew(self, session: AsyncSession, progress: ProgressStep | None = None) -> bool:
         """Extend the lease, appending `progress`; whether a cancel was requested. LeaseLost when it is not ours."""
         held, cancel = await repository.renew(
-            session, self.response_id, owner=self.owner, now=utc_now(), lease_until=self._until(), progress=progress
+            session, self.response_id, holder=self.holder, now=utc_now(), lease_until=self._until(), progress=progress
         )
         if not held:
             raise LeaseLost(self.response_id)
@@ -92,12 +101,14 @@ class JobLease:
 
     async def cancel_requested(self, session: AsyncSession) -> bool:
         """Whether a cancel is stored, the lease neither extended nor required (False once it is not ours)."""
-        _, cancel = await repository.renew(session, self.response_id, owner=self.owner, now=utc_now(), lease_until=None)
+        _, cancel = await repository.renew(
+            session, self.response_id, holder=self.holder, now=utc_now(), lease_until=None
+        )
         return cancel
 
     async def finish(self, session: AsyncSession, values: dict[str, Any]) -> None:
         """Store the final state (`values`: final_state.final_values); LeaseLost when it is not ours."""
-        if not await repository.finish_held(session, self.response_id, owner=self.owner, values=values):
+        if not await repository.finish_held(session, self.response_id, holder=self.holder, values=values):
             raise LeaseLost(self.response_id)
 
     async def hand_over(self, session: AsyncSession, progress: ProgressStep | None) -> bool:
@@ -105,7 +116,7 @@ class JobLease:
         still ours."""
         now = utc_now()
         held, _ = await repository.renew(
-            session, self.response_id, owner=self.owner, now=now, lease_until=now, progress=progress
+            session, self.response_id, holder=self.holder, now=now, lease_until=now, progress=progress
         )
         return held
 

@@ -51,8 +51,22 @@ def _unheld(now: datetime) -> ColumnElement[bool]:
     )
 
 
-def _held_by(owner: str) -> ColumnElement[bool]:
-    return and_(ResponseRow.status == "in_progress", ResponseRow.lease_owner == owner)
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds a job's lease: the owning process, and the attempt its claim began (the fencing token). The
+    attempt tells two runs of one process apart: a run frozen past its lease (SIGSTOP, a VM stall, a network
+    partition) whose job the same process has since claimed again must not write beside the new run."""
+
+    owner: str
+    attempt: int
+
+
+def _held_by(holder: Holder) -> ColumnElement[bool]:
+    return and_(
+        ResponseRow.status == "in_progress",
+        ResponseRow.lease_owner == holder.owner,
+        ResponseRow.attempts == holder.attempt,
+    )
 
 
 async def _update(session: AsyncSession, values: dict[str, Any], *conditions: ColumnElement[bool]) -> bool:
@@ -85,16 +99,16 @@ async def renew(
     session: AsyncSession,
     response_id: str,
     *,
-    owner: str,
+    holder: Holder,
     now: datetime,
     lease_until: datetime | None,
     progress: ProgressStep | None = None,
 ) -> tuple[bool, bool]:
-    """Extend the lease (and append a progress step) while `owner` holds it: (still held, cancel requested)."""
+    """Extend the lease (and append a progress step) while `holder` holds it: (still held, cancel requested)."""
     values: dict[str, Any] = {"heartbeat_at": now}
     if lease_until is not None:
         values["lease_expires_at"] = lease_until
-    if not await _update(session, values, ResponseRow.id == response_id, _held_by(owner)):
+    if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
         return False, False
     if progress is not None:
         session.add(
@@ -128,10 +142,10 @@ async def _drop_progress(session: AsyncSession, response_id: str) -> None:
     await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
 
 
-async def finish_held(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
-    """The final state of a response whose job `owner` still holds; the job and its progress are dropped."""
+async def finish_held(session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]) -> bool:
+    """The final state of a response whose job `holder` still holds; the job and its progress are dropped."""
     final = {**values, "job": null(), "lease_expires_at": None}
-    if not await _update(session, final, ResponseRow.id == response_id, _held_by(owner)):
+    if not await _update(session, final, ResponseRow.id == response_id, _held_by(holder)):
         return False
     await _drop_progress(session, response_id)
     return True
@@ -158,10 +172,10 @@ async def expire_leases(session: AsyncSession) -> int:
     return int(getattr(await session.execute(query), "rowcount", 0))
 
 
-async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime, until: datetime) -> bool:
-    """An expired lease becomes nobody's: any worker may claim the job again (given `until` to do so before the
-    reconciler looks at it again)."""
-    values = {"lease_owner": None, "lease_expires_at": until}
+async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
+    """An expired lease becomes nobody's: the response reads `queued` again (its output so far kept) until a run
+    claims it, so that a poller can tell that nothing generates it meanwhile."""
+    values = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
     return await _update(
         session,
         values,
@@ -215,6 +229,23 @@ async def queued_page(
         )
     query = query.order_by(ResponseRow.created_at, ResponseRow.id).limit(limit)
     return [(response_id, created_at) for response_id, created_at in (await session.execute(query)).all()]
+
+
+async def queued_foreground(session: AsyncSession, *, created_before: datetime, limit: int) -> list[tuple[str, str]]:
+    """(id, model) of foreground responses queued since before `created_before`, oldest first: a client holds
+    its connection for each."""
+    query = (
+        select(ResponseRow.id, ResponseRow.model)
+        .where(
+            ResponseRow.status == "queued",
+            ResponseRow.background.is_(False),
+            ResponseRow.created_at < created_before,
+            ResponseRow.job.is_not(None),
+        )
+        .order_by(ResponseRow.created_at)
+        .limit(limit)
+    )
+    return [(response_id, model) for response_id, model in (await session.execute(query)).all()]
 
 
 async def get_job(session: AsyncSession, response_id: str) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from app.errors import is_outage
 from app.generation.job import GenerationJob
 from app.generation.types import GenerationOutput
 from app.jobs import repository as jobs
+from app.jobs.repository import Holder
 from app.ops.retention import prune_finished_events
 from app.responses import relay, repository, service, submission
 from app.responses.parsing import parse_create_request
@@ -169,7 +170,9 @@ async def test_a_foreground_stream_whose_final_write_lost_closes_its_items_befor
     runner.reply = ["w0", "w1", "w2"]
     error = {"code": "server_error", "message": "The server stopped before this response finished."}
 
-    async def ended_meanwhile(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+    async def ended_meanwhile(
+        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]
+    ) -> bool:
         # As if a reconciler had failed the response while the run was finishing: the run's write loses.
         ended = {"status": "failed", "error": error, "lease_expires_at": None}
         await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**ended))
@@ -208,10 +211,12 @@ async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
     runner.reply = ["w0", "w1", "w2"]
     finish_held = jobs.finish_held
 
-    async def refuse_completed(session: AsyncSession, response_id: str, *, owner: str, values: dict[str, Any]) -> bool:
+    async def refuse_completed(
+        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]
+    ) -> bool:
         if values["status"] == "completed":  # not an outage: no retries, the response fails at once
             raise IntegrityError("UPDATE responses", {}, Exception("injected fault at the final commit"))
-        return await finish_held(session, response_id, owner=owner, values=values)
+        return await finish_held(session, response_id, holder=holder, values=values)
 
     monkeypatch.setattr(jobs, "finish_held", refuse_completed)
     events = parse_sse(
