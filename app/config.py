@@ -153,6 +153,13 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(
         5.0, gt=0, description="How often reconciliation looks for expired leases and queued jobs Redis lost."
     )
+    worker_drain_s: float = Field(
+        25.0,
+        ge=0,
+        description="How long a worker told to stop (SIGTERM, a deploy) keeps running the foreground responses it "
+        "has, taking no new job, before it cuts them; its background ones are handed over at once. Give the "
+        "process manager's grace period (Kubernetes' terminationGracePeriodSeconds) a few seconds more.",
+    )
     max_attempts: int = Field(
         3,
         ge=1,

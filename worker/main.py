@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from signal import Signals
 from typing import Any
 
 from arq import cron, func
@@ -30,6 +31,7 @@ from app.transport.redis_queue import (
     redis_settings,
     worker_queue,
 )
+from worker.drain import drain
 from worker.runtime import RUNTIME_KEY, WorkerRuntime, runtime_of
 from worker.tasks import (
     RESTART_BACKOFF_S,
@@ -54,10 +56,26 @@ class SupervisedWorker(Worker):
 
     _backoff_s = 0.0
     _job_ready: asyncio.Event | None = None
+    _draining: asyncio.Task[None] | None = None
 
     def __init__(self, *, announcements: JobAnnouncements, **arq_options: Any) -> None:
         super().__init__(**arq_options)
         self._announcements = announcements
+
+    def handle_sig(self, signum: Signals) -> None:
+        """The first SIGTERM or SIGINT drains the process (worker/drain.py), then stops it; a second one, or a
+        signal before the start-up finished, stops it at once, as arq does."""
+        runtime: WorkerRuntime | None = self.ctx.get(RUNTIME_KEY)
+        if runtime is None or self._draining is not None or not self._handle_signals:
+            super().handle_sig(signum)
+            return
+        self._draining = self.loop.create_task(self._drain_then_stop(runtime, Signals(signum)))
+
+    async def _drain_then_stop(self, runtime: WorkerRuntime, signum: Signals) -> None:
+        try:
+            await drain(runtime, [self, *runtime.queue_workers])
+        finally:
+            super().handle_sig(signum)
 
     async def _poll_iteration(self) -> None:
         # arq's own pause between polls is 0 (see _job_options): the wait is here, cut short by an announcement.
@@ -122,7 +140,11 @@ async def _run_queue(ctx: dict[str, Any], queue_name: str) -> None:
         handle_signals=False,
         **_job_options(concurrency(runtime.settings)),
     )
-    await other.main()
+    runtime.queue_workers.append(other)
+    try:
+        await other.main()
+    finally:
+        runtime.queue_workers.remove(other)
 
 
 async def startup(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arq.connections import ArqRedis
+from arq.worker import Worker
 
 from app.config import Settings
 from app.db.session import Database
@@ -41,6 +42,8 @@ class WorkerRuntime:
     announcements: JobAnnouncements
     #: The supervised background tasks (signals, heartbeat, reconciler, the other queues' workers).
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    #: The arq workers on this process's other queues (its models' after the first, its own): a drain stops them.
+    queue_workers: list[Worker] = field(default_factory=list)
 
     @classmethod
     async def start(

@@ -17,13 +17,10 @@ from app.jobs.recovery import Reconciler
 from app.observability.metrics import WORKER_HEARTBEATS
 from app.ops.retention import apply_retention
 from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, subscribe_confirmed
-from app.transport.redis_queue import exclusive, register_worker
+from app.transport.redis_queue import WORKER_HEARTBEAT_S, WORKER_TTL_S, exclusive, register_worker
 
 logger = logging.getLogger("llama_responses.worker")
 
-WORKER_HEARTBEAT_S = 5
-#: A worker whose registration is older than this is not counted alive (three missed heartbeats).
-WORKER_TTL_S = 15
 #: Backoff of a failed background task (and of arq's polling while Redis is away): doubles up to the cap.
 RESTART_BACKOFF_S = (0.5, 30.0)
 #: The retention lock outlives any purge (batches of short transactions); a worker that dies holding it delays

@@ -333,11 +333,21 @@ class JobExecutor:
         self.bus = bus
         self.owner = owner
         self.lease_s = lease_s
+        #: The jobs running now: response id -> whether it is a background job (another run can take it over).
+        self.running: dict[str, bool] = {}
 
     async def execute(self, job: GenerationJob) -> None:
         execution = JobExecution(job, self.database, self.bus, owner=self.owner, lease_s=self.lease_s)
-        with execution.observer.running():
-            await execution.run(self.runner)
+        self.running[job.response_id] = execution.background and execution.lease is not None
+        try:
+            with execution.observer.running():
+                await execution.run(self.runner)
+        finally:
+            self.running.pop(job.response_id, None)
+
+    def handed_over_when_stopped(self) -> set[str]:
+        """The running jobs that a stop hands over to another run (background, stored) rather than cuts."""
+        return {response_id for response_id, background in self.running.items() if background}
 
     def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)

@@ -35,6 +35,13 @@ RECONCILE_PAGE = 100
 LOST_JOB_AGE_S = 10
 
 
+def unserved_error(model: str) -> dict[str, Any]:
+    return {
+        "code": "server_error",
+        "message": f"No worker serving model '{model}' was alive to generate this response; try again later.",
+    }
+
+
 def gave_up_error(attempts: int) -> dict[str, Any]:
     return {
         "code": "server_error",
@@ -133,7 +140,8 @@ def _resumable(row: ResponseRow, progress: jobs.Progress | None) -> bool:
 @dataclass
 class Reconciler:
     """One round at a time: expired leases are taken over (background jobs with tries left) or ended; queued
-    jobs that the queue lost are enqueued again. Keeps its place in the queued jobs between rounds."""
+    jobs that the queue lost are enqueued again, those waiting where no worker will take them are moved, and
+    foreground ones no worker serves are ended. Keeps its place in the queued jobs between rounds."""
 
     database: Database
     queue: GenerationQueue
@@ -150,7 +158,8 @@ class Reconciler:
                 taken_over += 1
             else:
                 ended += 1
-        requeued = await self._requeue_lost(now)
+        requeued = await self._requeue_lost(now) + await self.queue.release_stranded()
+        ended += await self._end_unserved(now)
         if taken_over or ended or requeued:
             logger.warning("reconciled: %d taken over, %d ended, %d re-enqueued", taken_over, ended, requeued)
         return RoundReport(taken_over, ended, requeued)
@@ -165,12 +174,11 @@ class Reconciler:
             resumable = _resumable(row, await jobs.progress_of(session, row.id))
         if resumable and row.attempts < self.policy.max_attempts:
             assert row.job is not None
-            until = now + timedelta(seconds=self.policy.lease_s)
             async with self.database.transaction() as session:
-                released = await jobs.release_for_takeover(session, row.id, now=now, until=until)
+                released = await jobs.release_for_takeover(session, row.id, now=now)
             if released:
                 logger.warning("response %s lost its worker %s: enqueued again", row.id, row.lease_owner)
-                # If this fails (the queue is down), the lease given expires and the next round tries again.
+                # If this fails (the queue is down), the queued row is found by a later round's _requeue_lost.
                 await self.queue.requeue(GenerationJob.from_payload(row.job), row.lease_owner)
             return released
         error = gave_up_error(row.attempts) if resumable else LOST_GENERATION_ERROR
@@ -197,6 +205,28 @@ class Reconciler:
                 await self.queue.requeue(GenerationJob.from_payload(payload), None)
                 requeued += 1
         return requeued
+
+    async def _end_unserved(self, now: datetime) -> int:
+        """Foreground responses queued for longer than a lease while no worker serves their model (the one there
+        was died, or drained, after the create was taken) end `failed` rather than hold their clients without
+        bound; background ones wait for a worker, as their clients do not."""
+        async with self.database.read() as session:
+            waiting = await jobs.queued_foreground(
+                session, created_before=now - timedelta(seconds=self.policy.lease_s), limit=RECONCILE_PAGE
+            )
+        served: dict[str, bool] = {}
+        ended = 0
+        for response_id, model in waiting:
+            if model not in served:
+                served[model] = await self.queue.live_workers(model) > 0
+            if served[model]:
+                continue
+            logger.warning("ending %s: no worker serves %s", response_id, model)
+            if await end_response(
+                self.database, self.queue.bus, response_id, status="failed", error=unserved_error(model)
+            ):
+                ended += 1
+        return ended
 
 
 async def release_unfinished_responses(database: Database) -> int:

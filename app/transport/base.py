@@ -66,6 +66,10 @@ class GenerationQueue(Protocol):
     async def job_is_waiting(self, response_id: str) -> bool:
         """The job is queued or running here (False when the queue lost it)."""
 
+    async def release_stranded(self) -> int:
+        """Move the jobs that wait where no worker will take them (the own queue of a worker that is gone or
+        draining) to where one will; how many moved."""
+
     async def live_workers(self, model: str | None = None) -> int:
         """How many workers can run `model`'s jobs now (None: any model's)."""
 

@@ -31,6 +31,9 @@ class InProcessQueue:
     async def job_is_waiting(self, response_id: str) -> bool:
         return response_id in self._tasks
 
+    async def release_stranded(self) -> int:
+        return 0  # one process: every job waits where it runs
+
     async def cancel(self, response_id: str) -> None:
         self.executor.cancel(response_id)
 

@@ -5,6 +5,7 @@ every worker and one per model: worker id -> when its heartbeat expires)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -13,17 +14,33 @@ from contextlib import asynccontextmanager
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
+from arq.jobs import Job
 
 from app.config import Settings
 from app.generation.job import GenerationJob
 from app.transport.base import ModelAvailability
 from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
 
+logger = logging.getLogger(__name__)
+
 QUEUE_NAME = f"{KEY_PREFIX}:jobs"
 #: worker id -> the Unix time its registration expires unless its heartbeat renews it.
 WORKERS_KEY = f"{KEY_PREFIX}:workers"
+#: Workers that are draining (SIGTERM: finishing what they run, taking nothing new): worker id -> until when.
+DRAINING_KEY = f"{KEY_PREFIX}:draining"
 #: How long a worker stays the preferred home of an affinity key after its last job with that key.
 AFFINITY_TTL_S = 600
+#: How often a worker renews its registration.
+WORKER_HEARTBEAT_S = 2
+#: A worker is counted alive this long after its last heartbeat (live workers, who holds a running job).
+WORKER_TTL_S = 15
+#: Affinity and reconciliation trust a worker to take jobs from its own queue only while its last heartbeat is
+#: this recent (two missed beats and a margin): a worker killed a moment ago stops receiving jobs within
+#: seconds, not after the registration's whole TTL.
+WORKER_FRESH_S = 5
+#: A job sent to a worker's own queue that it has not taken after this long goes back to its model's queue, for
+#: any worker (its home may be busy with long generations, or stuck).
+AFFINITY_CLAIM_S = 20
 GENERATE_TASK = "generate"
 #: Fail fast when Redis is down: a create is a 503 in about this long, not a hang.
 REDIS_CONNECT_TIMEOUT_S = 2
@@ -95,8 +112,17 @@ async def register_worker(redis: ArqRedis, worker_id: str, models: Sequence[str]
 
 async def unregister_worker(redis: ArqRedis, worker_id: str, models: Sequence[str]) -> None:
     async with redis.pipeline(transaction=False) as pipe:
-        for key in (WORKERS_KEY, *(model_workers_key(model) for model in models)):
+        for key in (WORKERS_KEY, DRAINING_KEY, *(model_workers_key(model) for model in models)):
             pipe.zrem(key, worker_id)
+        await pipe.execute()
+
+
+async def mark_draining(redis: ArqRedis, worker_id: str, until_s: float) -> None:
+    """The worker takes no new job from now on (it finishes what it runs): send it none."""
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zadd(DRAINING_KEY, {worker_id: now + until_s})
+        pipe.zremrangebyscore(DRAINING_KEY, "-inf", now - 3600)
         await pipe.execute()
 
 
@@ -122,11 +148,12 @@ class ArqQueue:
         await self.pool.publish(JOB_READY_CHANNEL, queue)
 
     async def _queue_for(self, job: GenerationJob) -> str:
-        """The queue of the live worker that last ran a job of this model with this one's affinity key (its
-        prefix cache likely holds this prompt's start); else the model's queue, which its workers take from."""
+        """The queue of the worker that last ran a job of this model with this one's affinity key (its prefix
+        cache likely holds this prompt's start) if it takes jobs now; else the model's queue, which its workers
+        take from."""
         if job.affinity_key:
             owner = await self.pool.get(affinity_owner_key(job.tenant, job.model, job.affinity_key))
-            if owner is not None and await self._is_alive(owner.decode(), job.model):
+            if owner is not None and await self._takes_jobs(owner.decode(), job.model):
                 return worker_queue(owner.decode())
         return model_queue(job.model)
 
@@ -134,6 +161,16 @@ class ArqQueue:
         key = WORKERS_KEY if model is None else model_workers_key(model)
         expires = await self.pool.zscore(key, worker_id)
         return expires is not None and expires > time.time()
+
+    async def _takes_jobs(self, worker_id: str, model: str | None = None) -> bool:
+        """Whether the worker's heartbeat is fresh (WORKER_FRESH_S) and it is not draining."""
+        key = WORKERS_KEY if model is None else model_workers_key(model)
+        async with self.pool.pipeline(transaction=False) as pipe:
+            pipe.zscore(key, worker_id)
+            pipe.zscore(DRAINING_KEY, worker_id)
+            expires, draining = await pipe.execute()
+        fresh = expires is not None and expires - WORKER_TTL_S > time.time() - WORKER_FRESH_S
+        return fresh and draining is None
 
     async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
         # arq keeps a job's record (and an in-progress lock for an hour) after its worker dies: without clearing
@@ -154,6 +191,25 @@ class ArqQueue:
     async def job_is_waiting(self, response_id: str) -> bool:
         # arq's job record lives from enqueue to the end of the run, whichever queue holds it.
         return bool(await self.pool.exists(job_key_prefix + response_id, in_progress_key_prefix + response_id))
+
+    async def release_stranded(self) -> int:
+        """Jobs sent by affinity to a worker's own queue that no one will take from there go back to their
+        models' queues: all of a worker's that is gone (no fresh heartbeat: killed, or restarted under a new
+        id) or draining, and those a live one has not taken within AFFINITY_CLAIM_S. How many moved."""
+        moved = 0
+        async for key in self.pool.scan_iter(match=worker_queue("worker_*"), count=100):
+            worker_id = key.decode().removeprefix(worker_queue(""))
+            if ":" in worker_id:  # arq's keys beside the queue (its health check)
+                continue
+            newest = "+inf" if not await self._takes_jobs(worker_id) else (time.time() - AFFINITY_CLAIM_S) * 1000
+            for raw in await self.pool.zrangebyscore(key, "-inf", newest):
+                info = await Job(raw.decode(), self.pool).info()
+                if info is None or not info.args:  # its record is gone: arq drops the id when it polls it
+                    continue
+                logger.warning("moving %s out of the queue of worker %s, which does not take it", raw, worker_id)
+                await self.requeue(GenerationJob.from_payload(info.args[0]), worker_id)
+                moved += 1
+        return moved
 
     async def cancel(self, response_id: str) -> None:
         await self.pool.publish(CANCEL_CHANNEL, response_id)

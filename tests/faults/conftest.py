@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.testing.cluster import Cluster, PostgresServer, RedisServer, private_cluster
+from app.testing.cluster import Cluster, PostgresServer, RedisServer, ServerProcess, db_rows, private_cluster
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +37,17 @@ def postgres(private: tuple[Cluster, PostgresServer, RedisServer]) -> PostgresSe
 @pytest.fixture(scope="module")
 def redis_server(private: tuple[Cluster, PostgresServer, RedisServer]) -> RedisServer:
     return private[2]
+
+
+@pytest.fixture
+def workers(cluster: Cluster) -> Iterator[list[ServerProcess]]:
+    """The workers a test starts; all stopped at its end, and whatever it left unfinished ended, so that the next
+    test starts from no worker and no job (a stopping worker hands its jobs over to the next one otherwise)."""
+    started: list[ServerProcess] = []
+    yield started
+    db_rows(
+        cluster.database_url,
+        "UPDATE responses SET status = 'failed', job = NULL WHERE status IN ('queued', 'in_progress')",
+    )
+    for worker in started:
+        worker.stop()

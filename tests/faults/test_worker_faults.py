@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -27,14 +25,13 @@ from app.testing.cluster import (
     ServerProcess,
     StreamReader,
     db_fetch,
-    db_rows,
     injected,
     poll_terminal,
     sigkill,
     wait_for_status,
     worker_id,
 )
-from app.testing.sse import parse_sse
+from tests.faults.checks import deltas, row, start_worker, stored_events
 from tests.protocol import assert_well_formed_stream
 
 pytestmark = pytest.mark.integration
@@ -54,48 +51,6 @@ def fast_leases(cluster: Cluster) -> None:
 @pytest.fixture(scope="module")
 def api(cluster: Cluster) -> ServerProcess:
     return cluster.api()
-
-
-@pytest.fixture
-def workers(cluster: Cluster) -> Iterator[list[ServerProcess]]:
-    """The workers a test starts; all stopped at its end, and whatever it left unfinished ended, so that the next
-    test starts from no worker and no job (a stopping worker hands its jobs over to the next one otherwise)."""
-    started: list[ServerProcess] = []
-    yield started
-    db_rows(
-        cluster.database_url,
-        "UPDATE responses SET status = 'failed', job = NULL WHERE status IN ('queued', 'in_progress')",
-    )
-    for worker in started:
-        worker.stop()
-
-
-def start_worker(cluster: Cluster, workers: list[ServerProcess], api: ServerProcess) -> ServerProcess:
-    worker = cluster.worker()
-    workers.append(worker)
-    cluster.wait_ready(api)
-    return worker
-
-
-def deltas(events: list[dict[str, Any]]) -> int:
-    return sum(event["type"] == "response.output_text.delta" for event in events)
-
-
-def row(cluster: Cluster, response_id: str) -> dict[str, Any]:
-    found = db_rows(
-        cluster.database_url,
-        "SELECT status, attempts, lease_owner, cancel_requested_at, job IS NULL AS job_dropped,"
-        " NOT EXISTS (SELECT 1 FROM generation_progress WHERE response_id = $1) AS progress_dropped"
-        " FROM responses WHERE id = $1",
-        response_id,
-    )
-    assert found, response_id
-    return found[0]
-
-
-def stored_events(api: ServerProcess, response_id: str) -> list[dict[str, Any]]:
-    replay = httpx.get(f"{api.base_url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=60)
-    return parse_sse(replay.text)
 
 
 def kill_the_holder(cluster: Cluster, reader: StreamReader, candidates: list[ServerProcess]) -> tuple[str, float]:
