@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -59,14 +60,17 @@ def test_a_chain_answers_after_its_worker_and_api_node_were_killed_and_restarted
     turn = {"max_output_tokens": 16, "temperature": 0}
     first = create(api, {**turn, "input": "Say one word."})
     second = create(api, {**turn, "input": "Another word.", "previous_response_id": first["id"]})
-    # Both at once, then both again at once: affinity named the dead worker as the chain's home, and its
-    # registration has not expired when the third turn comes.
     sigkill(api)
-    sigkill(worker)
     api = cluster.api("chain-api-restarted")
-    start_worker(cluster, workers, api)
-    third = create(api, {**turn, "input": "A third word.", "previous_response_id": second["id"]})
-    assert third["status"] == "completed" and third["previous_response_id"] == second["id"], third
+    # The third turn comes a moment after the chain's worker died: affinity still names it as the chain's home,
+    # its registration has not expired (and its last heartbeat may look fresh), so the job can be sent to its
+    # own queue, where no one will ever take it, before a new worker (under a new id) starts.
+    sigkill(worker)
+    with ThreadPoolExecutor(1) as pool:
+        third = pool.submit(create, api, {**turn, "input": "A third word.", "previous_response_id": second["id"]})
+        start_worker(cluster, workers, api)
+        answered = third.result(timeout=ANSWER_BOUND_S)
+    assert answered["status"] == "completed" and answered["previous_response_id"] == second["id"], answered
     api.stop()
 
 
