@@ -78,14 +78,19 @@ def streaming(results: dict[str, Any], report: Report) -> None:
 
 
 def scaling(results: dict[str, Any], report: Report) -> None:
+    """8 streams over 1 (the target), and 32 over 1 where the run had them (bench.run --gpu)."""
     sides = ("stored", "unstored", "llama_server")
-    at_8 = [_get(results, "concurrency", side, "8") for side in sides]
-    report.add(_row("8 concurrent streams, aggregate", "tok/s", at_8))
-    over_1: list[float | None] = []
-    for side, eight in zip(sides, at_8, strict=True):
-        one = _get(results, "concurrency", side, "1")
-        over_1.append(eight / one if eight and one else None)
-    report.add(_row("8 streams ÷ 1 stream", "x", over_1, AT_LEAST_PEER, note=NOTES["scaling"]))
+    for count, target in (("8", AT_LEAST_PEER), ("32", None)):
+        many = [_get(results, "concurrency", side, count) for side in sides]
+        if not any(many):
+            continue
+        report.add(_row(f"{count} concurrent streams, aggregate", "tok/s", many))
+        over_1: list[float | None] = []
+        for side, aggregate in zip(sides, many, strict=True):
+            one = _get(results, "concurrency", side, "1")
+            over_1.append(aggregate / one if aggregate and one else None)
+        note = NOTES["scaling"] if target else ""
+        report.add(_row(f"{count} streams ÷ 1 stream", "x", over_1, target, note=note))
 
 
 def conversations(results: dict[str, Any], report: Report) -> None:
@@ -175,6 +180,11 @@ def stall(results: dict[str, Any], report: Report) -> None:
     )
     name = f"largest gap in a stream while a {tokens:,.0f}-token prompt is read" if tokens else "long-prompt stall"
     report.add(Figure(name, "ms", ours, None, peer, AT_MOST_PEER, note=NOTES["stall"]))
+    # Prefill beside a running stream: the long request's whole time (its prompt read, 16 tokens answered).
+    ours_read = _get(results, "stall", "stored", "long_request_ms")
+    peer_read = _get(results, "stall", "llama_server", "long_request_ms")
+    if ours_read is not None or peer_read is not None:
+        report.add(Figure("  that prompt's request, read and 16 tokens answered", "ms", ours_read, None, peer_read))
 
 
 def cancel(results: dict[str, Any], report: Report) -> None:

@@ -29,11 +29,19 @@ from bench.workloads import PROMPT, StreamTiming
 DEFAULT_BENCH_REDIS_URL = "redis://127.0.0.1:6379/10"
 
 
-def raw_stream(threads: int, tokens: int) -> StreamTiming:
-    """llama-cpp-python's high-level API on its own: the same prompt, rendered the same way, greedy."""
+def raw_stream(threads: int, tokens: int, *, gpu: bool = False) -> StreamTiming:
+    """llama-cpp-python's high-level API on its own: the same prompt, rendered the same way, greedy. With `gpu`,
+    every layer offloaded and flash attention on, as our engine and llama-server have them on a GPU."""
     path = Settings().resolved_model_path
     prompt = ChatTokenizer(path, n_ctx=None).render([ChatMessage("user", PROMPT)])
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=0, n_threads=threads, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=0,
+        n_threads=threads,
+        verbose=False,
+        n_gpu_layers=-1 if gpu else 0,  # 0 and False: the high-level API's defaults
+        flash_attn=gpu,
+    )
     # Warm-up, as on the API side: the prompt is then in the KV cache on both sides.
     for _ in llm.create_completion(prompt, max_tokens=16, temperature=0, stream=True):
         pass
@@ -63,14 +71,29 @@ def kv_bytes_per_token() -> int:
 
 
 class LlamaServer:
-    """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it)."""
+    """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it). With
+    `gpu`, every layer offloaded; with `n_ctx_per_slot`, `parallel` slots of that many KV cells each (split, as
+    ours) rather than its default of one pool they share."""
 
-    def __init__(self, binary: Path, threads: int, log: Path, parallel: int | None = None) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        threads: int,
+        log: Path,
+        parallel: int | None = None,
+        *,
+        gpu: bool = False,
+        n_ctx_per_slot: int | None = None,
+    ) -> None:
         self.port = free_port()
         command = [str(binary), "-m", str(Settings().resolved_model_path), "--port", str(self.port)]
         command += ["-t", str(threads), "-tb", str(threads), "--log-disable"]
         if parallel is not None:
             command += ["-np", str(parallel)]
+            if n_ctx_per_slot is not None:
+                command += ["-c", str(parallel * n_ctx_per_slot)]
+        if gpu:
+            command += ["-ngl", "999"]
         with log.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -158,9 +181,10 @@ class Cluster:
 
 
 @contextmanager
-def distributed_cluster(directory: Path, threads: int) -> Iterator[Cluster]:
+def distributed_cluster(directory: Path, threads: int, gpu_env: dict[str, str] | None = None) -> Iterator[Cluster]:
     """An API node and a worker on a fresh Postgres database and the bench's Redis database (flushed first):
-    RESPONSES_TEST_POSTGRES_URL and RESPONSES_BENCH_REDIS_URL, the local services by default."""
+    RESPONSES_TEST_POSTGRES_URL and RESPONSES_BENCH_REDIS_URL, the local services by default. `gpu_env`: the
+    worker's offload settings."""
     redis_url = os.environ.get("RESPONSES_BENCH_REDIS_URL", DEFAULT_BENCH_REDIS_URL)
     with ExitStack() as stack:
         try:
@@ -171,6 +195,7 @@ def distributed_cluster(directory: Path, threads: int) -> Iterator[Cluster]:
             raise ServicesMissing(str(error)) from error
         env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
         env["RESPONSES_N_THREADS"] = str(threads)
+        env.update(gpu_env or {})
         assert run_cli(["migrate"], env).returncode == 0
         worker = ServerProcess(env, directory / "worker.log", command=["worker"]).start()
         stack.callback(worker.stop)

@@ -2,8 +2,11 @@
 ours with `store: false`, and llama.cpp's own llama-server, on the shipped model with the same threads.
 
     .venv/bin/python -m bench.run [--only stream,concurrency,...] [--tokens 128] [--json results.json]
-                                  [--llama-server PATH] [--no-distributed] [--profile DIR] [--quick]
+                                  [--llama-server PATH] [--no-distributed] [--profile DIR] [--quick] [--gpu]
     .venv/bin/python -m bench.run --table results.json      # the table again, from a saved run
+
+--gpu (a CUDA build on every side: bench/gpu/run.sh): every layer offloaded on all three sides, 1, 8 and 32
+concurrent streams, and 32 sequences of the same context on ours and on llama-server.
 
 Prints the table first (ratios, targets, met?), a note on what limits each figure that misses, what was left out
 and why, then the JSON. Parts (--only):
@@ -36,11 +39,12 @@ import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +107,9 @@ class Sizes:
     event_seconds: float = 3.0
 
 
+#: Sequences decoded together on a GPU, ours and llama-server's: the most concurrent streams a --gpu run has.
+GPU_SLOTS = 32
+GPU_SIZES = Sizes(stream_counts=(1, 8, GPU_SLOTS))
 QUICK = Sizes(
     tokens=16,
     stream_counts=(1, 8),
@@ -187,25 +194,33 @@ def wrk_reads(base_url: str, bare_url: str) -> dict[str, Any] | None:
     }
 
 
+def gpu_env(gpu: bool) -> dict[str, str]:
+    """Our engine's settings for a --gpu run: every layer offloaded, GPU_SLOTS sequences (8 by default)."""
+    return {"RESPONSES_N_GPU_LAYERS": "-1", "RESPONSES_WORKER_CONCURRENCY": str(GPU_SLOTS)} if gpu else {}
+
+
 @contextmanager
-def embedded_server(directory: Path) -> Iterator[ServerProcess]:
+def embedded_server(directory: Path, gpu: bool = False) -> Iterator[ServerProcess]:
     env = {"RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/bench.db", "RESPONSES_N_THREADS": str(THREADS)}
-    server = ServerProcess(env, directory / "server.log").start()
+    server = ServerProcess({**env, **gpu_env(gpu)}, directory / "server.log").start()
     try:
         yield server
     finally:
         server.stop()
 
 
+def ours_n_ctx() -> int:
+    """The context each of our sequences has: SmolLM2's training context when n_ctx is unset, as the engine takes."""
+    return Settings().n_ctx or 8192
+
+
 def ours_kv_mb_per_sequence() -> float:
     """Today's layout: every sequence reserves a window of n_ctx cells of its own (app/generation/engine.py)."""
-    settings = Settings()
-    llm_ctx = settings.n_ctx or 8192  # SmolLM2's training context, what the engine takes when n_ctx is unset
-    return kv_bytes_per_token() * llm_ctx / MB
+    return kv_bytes_per_token() * ours_n_ctx() / MB
 
 
-def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
-    with embedded_server(directory) as server, sdk_client(server.base_url) as client:
+def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes, gpu: bool) -> None:
+    with embedded_server(directory, gpu) as server, sdk_client(server.base_url) as client:
         model = model_of(client)
         if "stream" in parts:
             assert server.process is not None
@@ -238,12 +253,12 @@ def bench_embedded(results: dict[str, Any], parts: set[str], directory: Path, si
             memory["ours"] = {"kv_mb_per_sequence": ours_kv_mb_per_sequence()}
 
 
-def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes) -> None:
+def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path, sizes: Sizes, gpu: bool) -> None:
     """Time to first token (stored and store: false) and memory with an API node and a worker on Postgres and
     Redis."""
     with ExitStack() as stack:
         try:
-            cluster = stack.enter_context(distributed_cluster(directory, THREADS))
+            cluster = stack.enter_context(distributed_cluster(directory, THREADS, gpu_env(gpu)))
         except ServicesMissing as error:  # no services here: these figures are left out, the rest still runs
             results["left_out"].append(f"distributed figures (ttft, worker memory): no Postgres or Redis ({error})")
             return
@@ -273,8 +288,19 @@ def bench_distributed(results: dict[str, Any], parts: set[str], directory: Path,
             memory["worker_rss_minus_model_mb"] = rss_mb(pids["worker"]) - model_mb
 
 
-def bench_llama_server(results: dict[str, Any], parts: set[str], binary: Path, directory: Path, sizes: Sizes) -> None:
-    with LlamaServer(binary, THREADS, directory / "llama-server.log") as peer, sdk_client(peer.base_url) as client:
+def bench_llama_server(
+    results: dict[str, Any], parts: set[str], binary: Path, directory: Path, sizes: Sizes, gpu: bool
+) -> None:
+    # On a GPU: as many slots as ours, each with our context (its default is 4 slots sharing one 8,192-cell pool).
+    peer = LlamaServer(
+        binary,
+        THREADS,
+        directory / "llama-server.log",
+        GPU_SLOTS if gpu else None,
+        gpu=gpu,
+        n_ctx_per_slot=ours_n_ctx() if gpu else None,
+    )
+    with peer, sdk_client(peer.base_url) as client:
         model = model_of(client)
         if "stream" in parts:
             results["stream"]["llama_server"] = timing(client, model, sizes.tokens, False)
@@ -346,7 +372,18 @@ def parse_parts(value: str) -> set[str]:
     return parts
 
 
-def machine() -> str:
+def gpu_name() -> str:
+    """The card, its memory and driver, as nvidia-smi gives them (a --gpu run's machine line)."""
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    try:
+        answer = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "a GPU that nvidia-smi does not describe"
+    cards = [line.split(", ") for line in answer.splitlines() if line.count(", ") == 2]
+    return "; ".join(f"{name} ({memory}, driver {driver})" for name, memory, driver in cards)
+
+
+def machine(gpu: bool = False) -> str:
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -355,15 +392,18 @@ def machine() -> str:
         ),
         platform.processor(),
     )
-    return f"{os.cpu_count()} cores, {cpu}, load average {os.getloadavg()[0]:.1f} at the start"
+    described = f"{os.cpu_count()} cores, {cpu}, load average {os.getloadavg()[0]:.1f} at the start"
+    return f"{gpu_name()}, {described}" if gpu else described
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     parts: set[str] = args.only
-    sizes = QUICK if args.quick else Sizes(tokens=args.tokens)
+    gpu: bool = args.gpu
+    sizes = QUICK if args.quick else replace(GPU_SIZES if gpu else Sizes(), tokens=args.tokens)
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine(gpu),
+        "gpu_offload": gpu,
         "threads": THREADS,
         "sizes": asdict(sizes),
         "parts": sorted(parts),
@@ -384,19 +424,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         if parts & {"stream", "ttft"}:
-            raw = raw_stream(THREADS, sizes.tokens)
+            raw = raw_stream(THREADS, sizes.tokens, gpu=gpu)
             results["raw"] = {"tokens_per_s": raw.tokens_per_s, "ttft_ms": raw.ttft_s * 1000}
         if "reads" in parts:
             bench_reads(results, directory)
         if parts & EMBEDDED_PARTS:
-            bench_embedded(results, parts, directory, sizes)
+            bench_embedded(results, parts, directory, sizes, gpu)
         if parts & DISTRIBUTED_PARTS:
             if args.no_distributed:
                 results["left_out"].append("distributed figures (ttft, worker memory): --no-distributed")
             else:
-                bench_distributed(results, parts, directory, sizes)
+                bench_distributed(results, parts, directory, sizes, gpu)
         if peer is not None and parts & PEER_PARTS:
-            bench_llama_server(results, parts, peer, directory, sizes)
+            bench_llama_server(results, parts, peer, directory, sizes, gpu)
         if "events" in parts:
             bench_events(results, directory, sizes)
         for part in parts & set(PLUGINS):
@@ -414,6 +454,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--no-distributed", action="store_true")
     parser.add_argument("--quick", action="store_true", help="tiny workloads: checks the harness, not the speed")
+    parser.add_argument("--gpu", action="store_true", help="offload every layer on all sides; 1, 8 and 32 streams")
     parser.add_argument("--profile", type=Path, help="py-spy our processes while they stream; stacks go here")
     parser.add_argument("--table", type=Path, help="print the table of a saved --json run; measure nothing")
     args = parser.parse_args()

@@ -108,3 +108,26 @@ def test_rows_from_a_runs_json() -> None:
     assert figures["events/s one Postgres takes, by 32 writers, batches of 32"].stored == 18000.0
     assert figures["prefix save pause"].met() is True  # a plug-in's row, against llama-server's 12 ms
     assert "time to first token - raw llama.cpp, distributed" not in figures  # not measured: no row
+    assert "32 concurrent streams, aggregate" not in figures  # a CPU run has no 32 streams
+
+
+def test_a_gpu_runs_32_streams_and_the_long_prompts_request_are_rows() -> None:
+    results: dict[str, Any] = {
+        "concurrency": {
+            "stored": {"1": 300.0, "8": 1500.0, "32": 3000.0},
+            "unstored": {"1": 320.0, "8": 1600.0, "32": 3200.0},
+            "llama_server": {"1": 500.0, "8": 2500.0, "32": 8000.0},
+        },
+        "stall": {
+            "stored": {"max_gap_ms": 40.0, "long_request_ms": 90.0, "prompt_tokens": 4013},
+            "llama_server": {"max_gap_ms": 30.0, "long_request_ms": 60.0, "prompt_tokens": 4013},
+        },
+    }
+    figures = {figure.name: figure for figure in figures_from(results).figures}
+    aggregate = figures["32 concurrent streams, aggregate"]
+    assert (aggregate.stored, aggregate.unstored, aggregate.peer) == (3000.0, 3200.0, 8000.0)
+    over_1 = figures["32 streams ÷ 1 stream"]
+    assert (over_1.stored, over_1.unstored, over_1.peer, over_1.met()) == (10.0, 10.0, 16.0, None)  # reported
+    assert figures["8 streams ÷ 1 stream"].target is not None  # the target stays on 8 streams
+    request = figures["  that prompt's request, read and 16 tokens answered"]
+    assert (request.stored, request.peer) == (90.0, 60.0)
