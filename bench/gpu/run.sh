@@ -105,16 +105,17 @@ build() {
   rm -rf "${WORK}/sdist" "${WORK}/build"
   mkdir -p "${WORK}/sdist"
   tar -xJf "${STAGE}"/llama_cpp_python-*-trimmed.tar.xz -C "${WORK}/sdist" --strip-components=1
-  log "build: CUDA architectures ${CUDA_ARCHITECTURES}, ${JOBS} jobs"
+  environment # first: a python that cannot make it fails in seconds, not after the compile
+  log "build: the venv is ready; CUDA architectures ${CUDA_ARCHITECTURES}, ${JOBS} jobs"
   nvcc --version 2>&1 | tail -2 >"${WORK}/build.log"
   if ! configure >>"${WORK}/build.log" 2>&1; then
     mapfile -t extras < <(stand_ins)
     log "build: configured again, with stand-ins for what the toolkit lacks: ${extras[*]:-none found}"
     configure "${extras[@]}" >>"${WORK}/build.log" 2>&1
   fi
+  log "build: configured, compiling"
   cmake --build "${WORK}/build" --target llama llama-server -j "${JOBS}" >>"${WORK}/build.log" 2>&1
   log "build: llama.cpp with CUDA in $(($(date +%s) - started)) s"
-  environment
   "${VENV}/bin/python" -c '
 import llama_cpp
 
@@ -142,6 +143,8 @@ environment() {
   printf '#!%s\nimport sys\n\nfrom app.cli import run\n\nsys.exit(run())\n' "${VENV}/bin/python" \
     >"${VENV}/bin/llama-responses"
   chmod +x "${VENV}/bin/llama-responses"
+  # What the app and the bench import beside llama_cpp, whose library the build has yet to make.
+  "${VENV}/bin/python" -c 'import alembic, asyncpg, diskcache, fastapi, jinja2, numpy, openai, opentelemetry, uvicorn'
 }
 
 unpack_model() {
