@@ -38,6 +38,8 @@ SERVER="${WORK}/build/bin/llama-server"
 MODEL="${WORK}/model.gguf"
 # llama_cpp loads the build's libllama; the ggml and CUDA libraries it needs come through their run paths.
 export LLAMA_CPP_LIB_PATH="${WORK}/build/bin" RESPONSES_MODEL_PATH="${MODEL}" PYTHONUNBUFFERED=1
+# A crash in native code leaves the Python stack that led to it in the log.
+export PYTHONFAULTHANDLER=1
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="${PATH}:/usr/local/cuda/bin"
 fi
@@ -190,6 +192,11 @@ bench() {
   unpack_model
   deadline="${DEADLINE:-$(($(date +%s) + 3600))}"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >>"${WORK}/env.txt" 2>&1 || true
+  # llama_cpp and llama-server on their own first: a crash there is told apart from one in the bench.
+  log "bench: preflight"
+  (cd "${ROOT}" && "${VENV}/bin/python" -m bench.gpu.preflight --llama-server "${SERVER}") >>"${WORK}/env.txt" 2>&1 ||
+    log "bench: the preflight failed (above); the parts run anyway, for what they can measure"
+  publish
   rm -rf "${WORK}/sections"
   mkdir -p "${WORK}/sections"
   for section in ${SECTIONS}; do
