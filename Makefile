@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 LLAMA_CPP_VERSION := 0.3.36
 # NOTE: a portable AVX2 build. llama.cpp's default -march=native build segfaults in its first decode on our
-# AMX-capable CPUs; set LLAMA_CMAKE_ARGS="-DGGML_CUDA=on" for a CUDA build (see docs/reference/settings.md).
+# AMX-capable CPUs. For CUDA, set LLAMA_CMAKE_ARGS to these flags plus -DGGML_CUDA=on and the card's
+# -DCMAKE_CUDA_ARCHITECTURES (90: H100/H200): setting it replaces them (docs/reference/settings.md).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 # pip's own wheel cache ignores CMAKE_ARGS, so each flag set gets a wheel directory of its own.
 WHEELS := $(HOME)/.cache/llama-responses/wheels/$(shell echo '$(LLAMA_CPP_VERSION) $(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-16)
