@@ -34,7 +34,7 @@ from app.responses.schemas import (
     ResponseFilters,
     ResponseList,
 )
-from app.responses.socket_session import ResponsesSocketSession
+from app.responses.socket_session import EventRefused, ResponsesSocketSession, SocketCreate
 from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
@@ -182,8 +182,9 @@ async def get_input_items(
     return await reads.list_input_items(runtime.database, response_id, tenant, page, includes=includes)
 
 
-# WebSocket mode (the SDK's `client.responses.connect()`): authenticate the upgrade, then relay each message's
-# events in order while listening for the client going away.
+# WebSocket mode (the SDK's `client.responses.connect()`): authenticate the upgrade, then answer each message the
+# server does not take at once, and relay the responses of the others in order, while listening for the client
+# going away.
 
 
 async def _refuse(websocket: WebSocket, error: ApiError) -> None:
@@ -215,18 +216,34 @@ async def responses_socket(websocket: WebSocket) -> None:
 async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
     session = ResponsesSocketSession(runtime, tenant)
-    inbox: asyncio.Queue[str | bytes] = asyncio.Queue()
+    creates: asyncio.Queue[SocketCreate] = asyncio.Queue()
+    # The reader answers refused events while a response's events go out: one frame at a time.
+    sending = anyio.Lock()
+
+    async def send(event: dict[str, Any]) -> bool:
+        """Send one event; False when the client has gone (Starlette raises RuntimeError once it saw the close)."""
+        try:
+            async with sending:
+                await websocket.send_text(json.dumps(event, separators=(",", ":")))
+        except (WebSocketDisconnect, RuntimeError):
+            return False
+        return True
 
     async def read(cancel: anyio.CancelScope) -> None:
-        # Messages are queued while a response runs (they run after it, in order); a client that goes away
-        # cancels the one running, whose relay then cancels its generation.
+        # Each message is checked as it comes: one the server does not take is answered at once, even while a
+        # response runs; a create waits for the ones before it. A client that goes away cancels the one
+        # running, whose relay then cancels its generation.
         try:
             while True:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
                 data = message.get("text")
-                await inbox.put(data if data is not None else message.get("bytes") or b"")
+                try:
+                    creates.put_nowait(session.admit(data if data is not None else message.get("bytes") or b""))
+                except EventRefused as refused:
+                    if not await send(refused.event):
+                        break
         except WebSocketDisconnect:
             pass
         cancel.cancel()
@@ -234,12 +251,9 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(read, group.cancel_scope)
         while True:
-            message = await inbox.get()
-            async with aclosing(session.handle(message)) as events:
+            create = await creates.get()
+            async with aclosing(session.run(create)) as events:
                 async for event in events:
-                    try:
-                        await websocket.send_text(json.dumps(event, separators=(",", ":")))
-                    except (WebSocketDisconnect, RuntimeError):
-                        # The client has gone (Starlette raises RuntimeError once it has seen the close): stop.
+                    if not await send(event):
                         group.cancel_scope.cancel()
                         return

@@ -1,10 +1,15 @@
-"""WebSocket mode: one connection's `response.create` messages -> the same events a stream sends, one response
-at a time, and the connection's last unstored response kept in memory for a `store: false` continuation."""
+"""WebSocket mode: one connection's client events -> the same events a stream sends, one response at a time, and
+the connection's last unstored response kept in memory for a `store: false` continuation.
+
+Each message is checked as it arrives (`admit`): one the server does not take is answered at once, even while a
+response runs, with an `error` that names the event it answers; a `response.create` that passes waits its turn
+(`run`), where what needs the database or the responses before it (the chain it continues) is checked."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ApiError, InvalidRequest, ServerError, outage_error
@@ -13,7 +18,8 @@ from app.generation.prompt import Turn
 from app.responses import service
 from app.responses.context import ConnectionChain
 from app.responses.parsing import parse_create_payload
-from app.responses.preparation import PreparedResponse
+from app.responses.preparation import PreparedResponse, check_combination
+from app.responses.schemas import CreateResponseRequest
 from app.responses.submission import open_stream
 from app.runtime import Runtime
 from app.schemas.parsing import parse_json_object
@@ -21,18 +27,85 @@ from app.schemas.parsing import parse_json_object
 logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
-#: Envelope fields of a WebSocket `response.create` that are not create parameters.
-ENVELOPE_FIELDS = frozenset({"type", "stream_id", "stream"})
+#: Envelope fields of a WebSocket `response.create` that are not create parameters. NOTE: `event_id` (a client's
+#: own id for the event, as the Realtime API has it) is not in the SDK's ResponseCreate; it is taken so that an
+#: error can name the event it answers.
+ENVELOPE_FIELDS = frozenset({"type", "stream_id", "stream", "event_id"})
 #: Statuses whose response a later `previous_response_id` on this connection may continue.
 CONTINUABLE_STATUSES = frozenset({"completed", "incomplete"})
+#: Where a client event names a response: a create (or a steer) the one it continues, others the one they act on.
+NAMING_FIELDS = ("previous_response_id", "response_id")
+#: How much of a client's id or type an error repeats (they are the client's own strings, of any length).
+NAMED_CHARS = 64
 
 
-def error_event(error: ApiError, stream_id: str | None) -> dict[str, Any]:
-    """An error that answers a message (the SDK's ResponseWsError: nested, with the HTTP status it stands for)."""
-    event: dict[str, Any] = {"type": "error", "status": error.status_code, **error.body()}
-    if stream_id is not None:
-        event["stream_id"] = stream_id
+def _text(payload: dict[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _quoted(value: str) -> str:
+    return repr(value if len(value) <= NAMED_CHARS else value[:NAMED_CHARS] + "...")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent:
+    """What an error names of the client event it answers: its type and the ids it carried.
+
+    NOTE: the SDK's ResponseWsError has a field for the lane (`stream_id`) only; the event's type, its `event_id`
+    and the response it names are said at the head of the error's `message`."""
+
+    type: str | None = None
+    event_id: str | None = None
+    #: The response the event names, as (field, id): `previous_response_id` (create, steer), else `response_id`.
+    names: tuple[str, str] | None = None
+    stream_id: str | None = None
+
+    @classmethod
+    def of(cls, payload: dict[str, Any]) -> ClientEvent:
+        names = next(((field, value) for field in NAMING_FIELDS if (value := _text(payload, field))), None)
+        return cls(_text(payload, "type"), _text(payload, "event_id"), names, _text(payload, "stream_id"))
+
+    def describe(self) -> str:
+        ids = [f"event_id {_quoted(self.event_id)}"] if self.event_id else []
+        if self.names is not None:
+            ids.append(f"{self.names[0]} {_quoted(self.names[1])}")
+        kind = _quoted(self.type) if self.type is not None else "a message"
+        return f"{kind} ({', '.join(ids)})" if ids else kind
+
+    @property
+    def continues(self) -> str | None:
+        """The response a `response.create` continues (its previous_response_id), if it names one."""
+        if self.type != CREATE_EVENT or self.names is None or self.names[0] != "previous_response_id":
+            return None
+        return self.names[1]
+
+
+def error_event(error: ApiError, about: ClientEvent) -> dict[str, Any]:
+    """An error that answers a client event (the SDK's ResponseWsError: nested, with the HTTP status it stands
+    for), its message led by the event it answers."""
+    body = error.body()
+    body["error"]["message"] = f"In reply to {about.describe()}: {error.message}"
+    event: dict[str, Any] = {"type": "error", "status": error.status_code, **body}
+    if about.stream_id is not None:
+        event["stream_id"] = about.stream_id
     return event
+
+
+class EventRefused(Exception):
+    """A client event the server does not take; `event` is the error that answers it."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__(event["error"]["message"])
+        self.event = event
+
+
+@dataclass(frozen=True, slots=True)
+class SocketCreate:
+    """A `response.create` that passed the checks made on arrival, waiting for its turn."""
+
+    request: CreateResponseRequest
+    about: ClientEvent
 
 
 def _socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any]:
@@ -53,15 +126,65 @@ class ResponsesSocketSession:
         self.tenant = tenant
         #: The connection's last response, when it finished well and was not stored.
         self._last: ConnectionChain | None = None
+        #: The response running now, and whether a continuation of it failed meanwhile (then it is not kept).
+        self._running: str | None = None
+        self._running_forgotten = False
 
-    async def handle(self, message: str | bytes) -> AsyncGenerator[dict[str, Any], None]:
-        """The events answering one client message: a response's whole stream, or an error event."""
-        stream_id: str | None = None
-        final: dict[str, Any] | None = None
+    def admit(self, message: str | bytes) -> SocketCreate:
+        """The checks made as the message arrives, needing neither the database nor the responses before it: a
+        `response.create` to run in its turn, or EventRefused with the error to send at once."""
+        about = ClientEvent()
         try:
             payload = parse_json_object(message, self.runtime.settings)
-            stream_id = payload.get("stream_id") if isinstance(payload.get("stream_id"), str) else None
-            prepared = await self._prepare(payload)
+            about = ClientEvent.of(payload)
+            return SocketCreate(self._parse_create(payload), about)
+        except ApiError as error:
+            self._forget(about)
+            raise EventRefused(error_event(error, about)) from None
+
+    def _parse_create(self, payload: dict[str, Any]) -> CreateResponseRequest:
+        kind = payload.get("type")
+        if kind != CREATE_EVENT:
+            raise InvalidRequest(
+                f"Unsupported event type {_quoted(str(kind))}: this server takes '{CREATE_EVENT}' messages.",
+                param="type",
+                code="unsupported_event_type",
+            )
+        if payload.get("background"):
+            raise InvalidRequest(
+                "background is not supported in WebSocket mode.", param="background", code="unsupported_parameter"
+            )
+        if payload.get("generate") is False:
+            raise InvalidRequest(
+                "generate: false is not supported by this server yet.", param="generate", code="unsupported_parameter"
+            )
+        if "event_id" in payload and not isinstance(payload["event_id"], str):
+            raise InvalidRequest(
+                "Invalid value for 'event_id': it must be a string.", param="event_id", code="invalid_value"
+            )
+        fields = {key: value for key, value in payload.items() if key not in ENVELOPE_FIELDS and key != "generate"}
+        request = parse_create_payload({**fields, "stream": True}, self.runtime.settings)
+        check_combination(request)
+        return request
+
+    def _forget(self, about: ClientEvent) -> None:
+        """A failed continuation forgets what it continued: continuing it again is previous_response_not_found,
+        whether it is the one kept or the one running now (which is then not kept when it ends)."""
+        named = about.continues
+        if named is None:
+            return
+        if self._last is not None and self._last.response_id == named:
+            self._last = None
+        if self._running == named:
+            self._running_forgotten = True
+
+    async def run(self, create: SocketCreate) -> AsyncGenerator[dict[str, Any], None]:
+        """The events answering an admitted `response.create`: the response's whole stream, or an error event."""
+        stream_id = create.about.stream_id
+        final: dict[str, Any] | None = None
+        try:
+            prepared = await self._prepare(create.request)
+            self._running, self._running_forgotten = prepared.response.id, False
             events = await open_stream(self.runtime, prepared, self.tenant)
             try:
                 async for event in events:
@@ -75,46 +198,34 @@ class ResponsesSocketSession:
                 if aclose is not None:
                     await aclose()
         except ApiError as error:
-            # A failed continuation forgets what it continued: retrying it is previous_response_not_found.
-            self._last = None
-            yield error_event(error, stream_id)
+            self._forget(create.about)
+            yield error_event(error, create.about)
             return
         except Exception as error:
             # An outage (database, Redis) is the same 503 the HTTP path answers; the connection stays usable.
-            self._last = None
+            self._forget(create.about)
             unavailable = outage_error(error)
             if unavailable is None:
                 logger.exception("a WebSocket response.create failed")
             else:
                 logger.warning("a WebSocket response.create met an outage: %s", error)
-            yield error_event(unavailable or ServerError("The server had an error.", code="server_error"), stream_id)
+            server_error = ServerError("The server had an error.", code="server_error")
+            yield error_event(unavailable or server_error, create.about)
             return
+        finally:
+            self._running = None
         self._remember(prepared, final)
 
-    async def _prepare(self, payload: dict[str, Any]) -> PreparedResponse:
-        kind = payload.get("type")
-        if kind != CREATE_EVENT:
-            raise InvalidRequest(
-                f"Unsupported event type '{kind}': this server takes '{CREATE_EVENT}' messages.",
-                param="type",
-                code="unsupported_event_type",
-            )
-        if payload.get("background"):
-            raise InvalidRequest(
-                "background is not supported in WebSocket mode.", param="background", code="unsupported_parameter"
-            )
-        if payload.get("generate") is False:
-            raise InvalidRequest(
-                "generate: false is not supported by this server yet.", param="generate", code="unsupported_parameter"
-            )
-        fields = {key: value for key, value in payload.items() if key not in ENVELOPE_FIELDS and key != "generate"}
-        request = parse_create_payload({**fields, "stream": True}, self.runtime.settings)
+    async def _prepare(self, request: CreateResponseRequest) -> PreparedResponse:
         return await service.prepare(request, self.tenant, self.runtime, connection=self._last)
 
     def _remember(self, prepared: PreparedResponse, final: dict[str, Any] | None) -> None:
-        """Keep the response for a continuation when it finished well and nothing else holds it (store: false)."""
+        """Keep the response for a continuation when it finished well, nothing else holds it (store: false), and
+        no continuation of it failed while it ran."""
         self._last = None
         if final is None or final["status"] not in CONTINUABLE_STATUSES or prepared.job.store:
+            return
+        if self._running_forgotten:
             return
         context = prepared.context
         turns = [*context.history, Turn(input_items=context.items, output_items=final["output"])]

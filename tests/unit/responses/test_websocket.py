@@ -96,6 +96,89 @@ def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setu
         assert well_formed(create(socket, input="still here"))["status"] == "completed"
 
 
+def until_event(socket: Any, kind: str) -> list[dict]:
+    """What the socket sends up to (and with) the first event of `kind`."""
+    events = []
+    while not events or events[-1]["type"] != kind:
+        events.append(json.loads(socket.receive_text()))
+    return events
+
+
+def slow_reply(setup: Setup, words: int = 60) -> None:
+    """A response that runs for about three seconds: long enough to send it events while it runs."""
+    setup.runner.delay_s = 0.05
+    setup.runner.reply = [f"w{index}" for index in range(words)]
+
+
+def test_refused_events_are_answered_at_once_while_a_response_runs(setup: Setup) -> None:
+    slow_reply(setup)
+    refused: list[tuple[str | dict[str, Any], str | None, list[str]]] = [
+        ("this is not json", None, ["a message"]),
+        (
+            {"type": "response.steer", "event_id": "evt_steer", "previous_response_id": "resp_1", "input": "x"},
+            "type",
+            ["'response.steer'", "event_id 'evt_steer'", "previous_response_id 'resp_1'"],
+        ),
+        (
+            {"type": "response.cancel", "event_id": "evt_cancel", "response_id": "resp_2"},
+            "type",
+            ["'response.cancel'", "event_id 'evt_cancel'", "response_id 'resp_2'"],
+        ),
+        (
+            {"type": "response.create", "event_id": "evt_hot", "input": "x", "temperature": 9, "stream_id": "lane"},
+            "temperature",
+            ["'response.create'", "event_id 'evt_hot'"],
+        ),
+        # A conflict between its own fields is found as it arrives, too.
+        (
+            {"type": "response.create", "input": "x", "conversation": "conv_1", "previous_response_id": "resp_3"},
+            "conversation",
+            ["'response.create'", "previous_response_id 'resp_3'"],
+        ),
+    ]
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        socket.send_text(json.dumps({"type": "response.create", "input": "a long story", "stream_id": "main"}))
+        seen = until_event(socket, "response.output_text.delta")
+        for message, _, _ in refused:
+            socket.send_text(message if isinstance(message, str) else json.dumps(message))
+        seen += until_event(socket, "response.completed")
+        errors = [event for event in seen if event["type"] == "error"]
+        stream = [event for event in seen if event["type"] != "error"]
+        # Each answered before the running response ended, which went on and ended as if nothing had been sent.
+        assert len(errors) == len(refused), [event["type"] for event in seen]
+        assert seen[-1]["type"] == "response.completed"
+        final = well_formed(stream)
+        assert final["output"][0]["content"][0]["text"] == " ".join(setup.runner.reply)
+        assert {event["stream_id"] for event in stream} == {"main"}
+        for error, (message, param, names) in zip(errors, refused, strict=True):
+            SOCKET_EVENT.validate_python(error)
+            assert error["status"] == 400 and error["error"]["param"] == param, error
+            assert all(name in error["error"]["message"] for name in names), (names, error)
+            expected_lane = message.get("stream_id") if isinstance(message, dict) else None
+            assert error.get("stream_id") == expected_lane
+        setup.runner.delay_s = 0
+        assert well_formed(create(socket, input="after"))["status"] == "completed"
+
+
+def test_a_continuation_refused_while_its_response_runs_forgets_it(setup: Setup) -> None:
+    slow_reply(setup)
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        socket.send_text(json.dumps({"type": "response.create", "input": "my name is Ada", "store": False}))
+        running = until_event(socket, "response.output_text.delta")[0]["response"]["id"]
+        socket.send_text(
+            json.dumps(
+                {"type": "response.create", "input": "x", "store": False, "previous_response_id": running, "top_p": 7}
+            )
+        )
+        seen = until_terminal(socket)
+        assert seen[-1]["type"] == "error" and seen[-1]["error"]["param"] == "top_p"
+        assert f"previous_response_id '{running}'" in seen[-1]["error"]["message"]
+        assert until_terminal(socket)[-1]["type"] == "response.completed"
+        setup.runner.delay_s = 0
+        again = create(socket, input="what is my name", store=False, previous_response_id=running)
+        assert again[0]["error"]["code"] == "previous_response_not_found"
+
+
 def test_store_false_continues_only_on_its_own_connection(setup: Setup) -> None:
     with setup.client.websocket_connect("/v1/responses") as socket:
         first = well_formed(create(socket, input="my name is Ada", store=False))
@@ -226,7 +309,15 @@ def test_an_outage_is_the_same_503_as_http_and_the_socket_stays_usable(
             error = json.loads(socket.receive_text())
             patch.undo()
             assert http.status_code == 503, http.text
-            assert error == {"type": "error", "status": 503, **http.json(), "stream_id": "s"}
+            said = http.json()["error"]
+            # The same error as HTTP, its message led by the event it answers.
+            assert error["error"]["message"] == f"In reply to 'response.create': {said['message']}"
+            assert error == {
+                "type": "error",
+                "status": 503,
+                "error": {**said, "message": error["error"]["message"]},
+                "stream_id": "s",
+            }
             SOCKET_EVENT.validate_python(error)
             # The connection outlives the outage.
             assert well_formed(create(socket, input="after"))["status"] == "completed"
