@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
+from app.events.terminal import SDK_TERMINAL_EVENT_TYPES
 from tests.protocol import SOCKET_EVENT, assert_exact_response, assert_well_formed_stream, socket_exchange
 
 pytestmark = pytest.mark.integration
@@ -99,3 +102,35 @@ def test_websocket_mode_through_the_sdk(client: openai.OpenAI, model: str) -> No
     with client.responses.connect() as other:
         elsewhere = run(other, input="x", store=False, previous_response_id=second["id"])
         assert elsewhere[0]["error"]["code"] == "previous_response_not_found"
+
+
+def test_websocket_errors_come_at_once_naming_their_event_through_the_sdk(client: openai.OpenAI, model: str) -> None:
+    story = "Write a long story about a dragon who learns to bake bread."
+    with client.responses.connect() as connection:
+        connection.response.create(model=model, input=story, temperature=0, max_output_tokens=200)
+        events: list[dict] = []
+        for event in connection:
+            events.append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
+            if event.type == "response.output_text.delta":
+                break
+        running = events[0]["response"]["id"]
+        connection.send_raw(json.dumps({"type": "response.cancel", "event_id": "evt_1", "response_id": running}))
+        connection.response.create(model=model, input="x", temperature=9, stream_id="lane")
+        errors = []
+        for event in connection:
+            if event.type == "error":
+                errors.append(event)
+            else:
+                events.append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
+            if event.type in SDK_TERMINAL_EVENT_TYPES:
+                break
+        # Both answered before the running response ended, which ended as it would have alone.
+        assert [error.error.param for error in errors] == ["type", "temperature"], errors
+        assert "'response.cancel'" in errors[0].error.message and "event_id 'evt_1'" in errors[0].error.message
+        assert f"response_id '{running}'" in errors[0].error.message
+        assert errors[1].stream_id == "lane" and errors[1].status == 400
+        final = assert_well_formed_stream(events, union=SOCKET_EVENT)
+        stored = client.responses.retrieve(running)
+        assert stored.status == final["status"] and stored.output_text == final["output"][0]["content"][0]["text"]
+        after = socket_exchange(connection, model=model, input="Still there?", max_output_tokens=16)
+        assert assert_well_formed_stream(after, union=SOCKET_EVENT)["status"] in {"completed", "incomplete"}
