@@ -98,7 +98,7 @@ def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setu
 
 def until_event(socket: Any, kind: str) -> list[dict]:
     """What the socket sends up to (and with) the first event of `kind`."""
-    events = []
+    events: list[dict] = []
     while not events or events[-1]["type"] != kind:
         events.append(json.loads(socket.receive_text()))
     return events
