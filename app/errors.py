@@ -80,6 +80,10 @@ class ServiceUnavailable(ApiError):
     error_type = "server_error"
 
 
+def database_unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
+
+
 def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
 
@@ -131,7 +135,7 @@ def outage_error(error: BaseException) -> ServiceUnavailable | None:
     if any(isinstance(cause, RedisConnectionError | RedisTimeoutError) for cause in causes):
         return ServiceUnavailable("The job queue is unavailable; try again shortly.", code="queue_unavailable")
     if any(isinstance(cause, DBAPIError | PoolTimeoutError) for cause in causes):
-        return ServiceUnavailable("The database is unavailable; try again shortly.", code="database_unavailable")
+        return database_unavailable()
     return ServiceUnavailable("A backing service is unavailable; try again shortly.", code="unavailable")
 
 

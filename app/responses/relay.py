@@ -1,6 +1,7 @@
 """Relaying one response's events to a client: stored ones first (replay), then live ones, each exactly once, and
 always up to a terminal event: from the generation, else built from the stored row (or, for an unstored
-response whose job died, a `response.failed`). Each kind of caller is one RelayMode."""
+response whose job died, or a foreground one whose database stayed unreachable, a `response.failed`). Each kind
+of caller is one RelayMode."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from app.errors import is_outage
+from app.errors import ServiceUnavailable, database_unavailable, is_outage
 from app.events.open_items import OpenItems
 from app.events.terminal import TERMINAL_STATUSES, is_terminal, terminal_event
 from app.responses import repository
@@ -33,6 +34,19 @@ TERMINAL_GRACE_S = 5.0
 #: last events may still be on their way when its job's record goes).
 DEAD_JOB_POLLS = 2
 LOST_JOB_MESSAGE = "The worker generating this response stopped before it finished."
+DATABASE_LOST_MESSAGE = (
+    "The database was unavailable for longer than this response's end could be waited for; its generation was stopped."
+)
+
+
+class DatabaseLost(ServiceUnavailable):
+    """A foreground relay heard nothing, neither a live event nor the database, for longer than a lost generation
+    takes to be ended (lease + reconcile interval): it cannot learn how the response ends before the database is
+    back, and a client holding its connection is not kept waiting for that."""
+
+    def __init__(self) -> None:
+        unavailable = database_unavailable()
+        super().__init__(unavailable.message, code=unavailable.code)
 
 
 async def _stored_events(runtime: Runtime, response_id: str, after: int) -> list[dict[str, Any]]:
@@ -40,15 +54,15 @@ async def _stored_events(runtime: Runtime, response_id: str, after: int) -> list
         return await repository.events_after(session, response_id, after)
 
 
-async def _has_ended(runtime: Runtime, response_id: str) -> bool:
-    """Ended or gone; False too while the database cannot say (an outage): the relay asks again later."""
+async def _has_ended(runtime: Runtime, response_id: str) -> bool | None:
+    """Ended or gone; None while the database cannot say (an outage): the relay asks again later."""
     try:
         async with runtime.database.read() as session:
             status = await repository.get_status(session, response_id)
     except Exception as error:
         if not is_outage(error):
             raise
-        return False
+        return None
     return status is None or status in TERMINAL_STATUSES
 
 
@@ -66,12 +80,14 @@ async def _closing_events(runtime: Runtime, response_id: str, sequence_number: i
     return [terminal_event(row, sequence_number)]
 
 
-def _job_lost_event(snapshot: ResponseObject, sequence_number: int, items: OpenItems) -> dict[str, Any]:
-    """`response.failed` for an unstored response whose job can no longer finish, with the output its stream
-    saw (relay_events closes the open items and says `error` before it)."""
+def _failed_event(
+    snapshot: ResponseObject, sequence_number: int, items: OpenItems, message: str = LOST_JOB_MESSAGE
+) -> dict[str, Any]:
+    """`response.failed` for a response whose end this relay cannot learn (an unstored one whose job died), with
+    the output its stream saw (relay_events closes the open items and says `error` before it)."""
     failed = snapshot.model_copy(deep=True)
     failed.status = "failed"
-    failed.error = ResponseError(code="server_error", message=LOST_JOB_MESSAGE)
+    failed.error = ResponseError(code="server_error", message=message)
     failed.output = [STORED_ITEM.validate_python(item) for item in items.output_so_far()]
     terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number, response=failed)
     return terminal.model_dump(mode="json")
@@ -210,8 +226,12 @@ async def relay_events(
     snapshot: ResponseObject | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Events with sequence_number > `after`, in order, without gaps or repeats, up to a terminal one.
-    `snapshot`: the response as created, which RelayMode.UNSTORED needs (if its job dies, the stream ends failed)."""
-    assert (snapshot is not None) == (mode is RelayMode.UNSTORED), "an unstored relay, and only it, needs a snapshot"
+
+    `snapshot`: the response as created, which a relay ends failed when it cannot learn how the response ends:
+    RelayMode.UNSTORED needs it (its job died); a RelayMode.STORED relay without one (a JSON create, which can
+    still answer 503) raises DatabaseLost instead when the database stays unreachable."""
+    assert mode is not RelayMode.UNSTORED or snapshot is not None, "an unstored relay needs a snapshot"
+    assert mode is not RelayMode.REPLAY or snapshot is None, "a replay ends from the stored row"
     items = OpenItems(complete=after < 0)
     relay = _relay(runtime, response_id, subscription, mode, after=after, snapshot=snapshot, items=items)
     after_error = False
@@ -243,6 +263,11 @@ async def _relay(
     ended = False
     feed = _LiveFeed(subscription)
     dead_polls = 0
+    settings = runtime.settings
+    # How long a foreground client waits, hearing neither a live event nor the database: by then a generation
+    # that died would have been ended, were the database there.
+    patience_s = settings.lease_s + settings.reconcile_interval_s if mode.foreground and stored else None
+    heard_at = anyio.current_time()
     try:
         if replay:
             for event in await _stored_events(runtime, response_id, last):
@@ -259,7 +284,8 @@ async def _relay(
         while True:
             live = await feed.next()
             if live is None:
-                if stored and await _has_ended(runtime, response_id):
+                has_ended = await _has_ended(runtime, response_id) if stored else False
+                if has_ended:
                     finish = (
                         _finish_from_store(runtime, response_id, last)
                         if replay or feed.broken
@@ -269,6 +295,15 @@ async def _relay(
                         yield rest
                     ended = True
                     return
+                if has_ended is not None:
+                    heard_at = anyio.current_time()
+                elif patience_s is not None and anyio.current_time() - heard_at > patience_s:
+                    # Not `ended`: the generation is cancelled (below), so that it cannot end otherwise later.
+                    logger.warning("the database stayed unreachable while %s ran: giving up on it", response_id)
+                    if snapshot is None:
+                        raise DatabaseLost()
+                    yield _failed_event(snapshot, last + 1, items, DATABASE_LOST_MESSAGE)
+                    return
                 if replay and feed.broken:
                     for event in await _stored_events(runtime, response_id, last):
                         yield event
@@ -276,10 +311,11 @@ async def _relay(
                 elif not stored and snapshot is not None:
                     dead_polls = 0 if await _job_alive(runtime, response_id) else dead_polls + 1
                     if dead_polls >= DEAD_JOB_POLLS:
-                        yield _job_lost_event(snapshot, last + 1, items)
+                        yield _failed_event(snapshot, last + 1, items)
                         ended = True
                         return
                 continue
+            heard_at = anyio.current_time()
             sequence = live["sequence_number"]
             if sequence <= last:
                 continue

@@ -74,14 +74,23 @@ def _relay_mode(prepared: PreparedResponse) -> RelayMode:
     return RelayMode.STORED if prepared.job.store else RelayMode.UNSTORED
 
 
+def _snapshot(prepared: PreparedResponse, mode: RelayMode) -> ResponseObject | None:
+    """What the relay ends a foreground response with, failed, when it cannot learn how it ends (its job died
+    unstored, or the database stays unreachable). A JSON create of a stored response has none: it answers 503."""
+    if mode is RelayMode.REPLAY or (mode is RelayMode.STORED and not prepared.stream):
+        return None
+    return prepared.response
+
+
 async def open_stream(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> AsyncIterator[dict[str, Any]]:
     """Subscribe, store and enqueue (before the first event, so faults are plain HTTP errors), then relay."""
+    mode = _relay_mode(prepared)
     return await start_and_follow(
         runtime,
         prepared.job,
-        _relay_mode(prepared),
+        mode,
         partial(submit_response, runtime, prepared, tenant),
-        snapshot=None if prepared.job.store else prepared.response,
+        snapshot=_snapshot(prepared, mode),
     )
 
 

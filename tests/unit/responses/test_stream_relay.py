@@ -1,21 +1,30 @@
-"""A live stream must end with its terminal event even when the database learns of the end first."""
+"""A live stream must end with its terminal event even when the database learns of the end first, and a
+foreground client is answered even when neither the generation nor the database is heard from any more."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.exc import DBAPIError
 
 from app.events.terminal import TERMINAL_EVENT_TYPES
+from app.generation.job import GenerationJob
+from app.generation.types import Finish, GenerationOutput
 from app.jobs.execution import JobExecutor
-from app.responses import relay
+from app.responses import relay, repository
 from app.runtime import Runtime
+from app.testing.fakes import FakeRun, FakeRunner
 from app.testing.sse import parse_sse
 from app.transport.inprocess import InProcessQueue
 from app.transport.memory_bus import MemoryBus
-from tests.protocol import assert_well_formed_stream
+from tests.protocol import FAILED_WITH_OPEN_MESSAGE, assert_error, assert_well_formed_stream
+
+#: What a client waits at most: far beyond the relay's patience here (lease_s + reconcile_interval_s, about 1 s).
+CLIENT_TIMEOUT_S = 30
 
 
 class LateBus(MemoryBus):
@@ -67,3 +76,58 @@ async def test_a_terminal_event_that_never_comes_is_rebuilt_from_the_stored_resp
     final = assert_well_formed_stream(events)
     assert events[-1]["type"] == "response.completed"
     assert final == (await client.get(f"/v1/responses/{final['id']}")).json()
+
+
+def stall_after(runner: FakeRunner, words: int) -> None:
+    """Each run says `words` words, then nothing until it is cancelled: a worker that can neither store nor
+    publish any more."""
+    start = runner.start
+
+    def stalling(job: GenerationJob) -> FakeRun:
+        run = start(job)
+        outputs = run.outputs
+
+        async def said_then_silent() -> AsyncIterator[GenerationOutput]:
+            async for output in outputs():
+                if isinstance(output, Finish):
+                    break
+                yield output
+                if run.produced == words:
+                    break
+            while not run.cancelled:
+                await asyncio.sleep(0.01)
+            yield Finish("cancelled", len(job.prompt_tokens), 0, run.produced)
+
+        run.outputs = said_then_silent  # type: ignore[method-assign]
+        return run
+
+    runner.start = stalling  # type: ignore[method-assign]
+
+
+async def _unreachable(*_: object, **__: object) -> None:
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed")
+    except OSError as raised:
+        raise DBAPIError("SELECT status", None, raised) from raised
+
+
+@pytest.mark.settings(lease_s=1, reconcile_interval_s=0.05)
+async def test_a_foreground_create_is_answered_when_neither_its_generation_nor_the_database_is_heard(
+    client: httpx.AsyncClient, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stall_after(runner, 2)
+    # The relay reads the database to learn whether the response ended: from now on, it cannot.
+    monkeypatch.setattr(repository, "get_status", _unreachable)
+    async with asyncio.timeout(CLIENT_TIMEOUT_S):
+        streamed = await client.post("/v1/responses", json={"input": "hi", "stream": True})
+        answered = await client.post("/v1/responses", json={"input": "hi"})
+    events = parse_sse(streamed.text)
+    # The stream ends failed, with what it had said, and the generation is stopped.
+    final = assert_well_formed_stream(events)
+    assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
+    assert final["status"] == "failed" and final["error"]["message"] == relay.DATABASE_LOST_MESSAGE
+    assert final["output"][0]["content"][0]["text"] == "the quick"
+    assert runner.runs[final["id"]].cancelled
+    # A JSON create has sent nothing yet: it is the 503 of any request that needs the database.
+    assert_error(answered, 503, param=None, code="database_unavailable")
+    assert runner.runs[runner.jobs[-1].response_id].cancelled
