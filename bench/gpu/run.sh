@@ -12,11 +12,13 @@
 #        each part, so that a run cut short still leaves what it measured.
 # all    (the default) both.
 #
-# Environment: PYTHON (python3), CUDA_ARCHITECTURES (native; 90 for an H100/H200), JOBS (nproc), OUT
-# (WORK_DIR/results: env.txt, build.log, bench.log, results.json, table.txt), SECTIONS (the parts, in order:
-# stream concurrency conversations stall memory), SECTION_SECONDS (600 a part), DEADLINE (epoch seconds by which
-# the bench ends; default an hour after it starts), BUILD_WAIT_SECONDS (3600), BENCH_ARGS (more bench.run
-# arguments: --tokens 256, --quick).
+# Environment: PYTHON (python3), CUDA_ARCHITECTURES (native; 90 for an H100/H200), CUDA_FLASH_ATTENTION (ON;
+# OFF compiles ggml's flash-attention kernels empty, which takes about a third off the build, and then no side
+# has flash attention), JOBS (nproc), OUT (WORK_DIR/results: env.txt, build.log, preflight.txt, bench.log,
+# results.json, table.txt), SECTIONS (the parts, in order: stream concurrency conversations stall memory),
+# SECTION_SECONDS (600 a part), DEADLINE (epoch seconds by which the bench ends; default an hour after it starts),
+# BUILD_WAIT_SECONDS (3600), BENCH_ARGS (more bench.run arguments: --tokens 256, --quick), PARTS_AFTER_CRASH (0:
+# the parts are left out when the preflight's llama_cpp steps fail, as each would crash the same way).
 set -euo pipefail
 
 STAGE="$(cd "${1:?usage: run.sh STAGE_DIR [WORK_DIR] [build|bench|all]}" && pwd)"
@@ -25,8 +27,9 @@ PHASE="${3:-all}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-native}"
+CUDA_FLASH_ATTENTION="${CUDA_FLASH_ATTENTION:-ON}"
 JOBS="${JOBS:-$(nproc)}"
-SECTIONS="${SECTIONS:-stream concurrency conversations stall memory}"
+SECTIONS="${SECTIONS-stream concurrency conversations stall memory}"
 SECTION_SECONDS="${SECTION_SECONDS:-600}"
 BUILD_WAIT_SECONDS="${BUILD_WAIT_SECONDS:-3600}"
 mkdir -p "${WORK}"
@@ -91,8 +94,11 @@ configure() {
   cpu_flags="$(sed -n 's/^LLAMA_CMAKE_ARGS ?= //p' "${ROOT}/Makefile")"
   # ${cpu_flags} unquoted: a word a flag.
   # shellcheck disable=SC2086
+  # NCCL off: ggml uses it only to split one model over several GPUs, and the first H200 run's configure found
+  # a system libnccl of unknown CUDA version, loaded into every process for nothing.
   cmake -S "${WORK}/sdist/vendor/llama.cpp" -B "${WORK}/build" $(command -v ninja >/dev/null && echo -G Ninja) \
     -DCMAKE_BUILD_TYPE=Release ${cpu_flags} -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+    -DGGML_CUDA_FA="${CUDA_FLASH_ATTENTION}" -DGGML_CUDA_NCCL=OFF \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "$@"
 }
@@ -118,6 +124,7 @@ build() {
   log "build: configured, compiling"
   cmake --build "${WORK}/build" --target llama llama-server -j "${JOBS}" >>"${WORK}/build.log" 2>&1
   log "build: llama.cpp with CUDA in $(($(date +%s) - started)) s"
+  libraries
   "${VENV}/bin/python" -c '
 import llama_cpp
 
@@ -127,6 +134,18 @@ print("llama_cpp", llama_cpp.__version__, "from", llama_cpp.llama_cpp._base_path
   "${SERVER}" --version 2>&1 | tail -2 | tee -a "${WORK}/env.txt"
   trap - EXIT
   mv -f "${WORK}/build.running" "${WORK}/build.done"
+}
+
+libraries() {
+  # Which shared libraries the build's resolve to at run time (CUDA runtime, cuBLAS, the driver, libstdc++,
+  # libgomp): a crash in the first model load is first a question of what got loaded.
+  {
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    for library in libllama.so libggml-cuda.so; do
+      echo "${library}: $(readelf -d "${WORK}/build/bin/${library}" 2>/dev/null | grep -E 'RUNPATH|RPATH' || true)"
+      ldd "${WORK}/build/bin/${library}" 2>&1 | grep -vE 'linux-vdso|ld-linux' | sed 's/^/  /'
+    done
+  } >>"${WORK}/env.txt" 2>&1 || true
 }
 
 environment() {
@@ -187,16 +206,24 @@ merge() {
 }
 
 bench() {
-  local deadline section limit
+  local deadline section limit preflight=0
+  unpack_model # while the build may still run
   wait_for_build
-  unpack_model
   deadline="${DEADLINE:-$(($(date +%s) + 3600))}"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >>"${WORK}/env.txt" 2>&1 || true
   # llama_cpp and llama-server on their own first: a crash there is told apart from one in the bench.
   log "bench: preflight"
-  (cd "${ROOT}" && "${VENV}/bin/python" -m bench.gpu.preflight --llama-server "${SERVER}") >>"${WORK}/env.txt" 2>&1 ||
-    log "bench: the preflight failed (above); the parts run anyway, for what they can measure"
   publish
+  # Straight into OUT, line by line: a call cut short still brings back what it found.
+  (cd "${ROOT}" && "${VENV}/bin/python" -m bench.gpu.preflight --llama-server "${SERVER}") >"${OUT}/preflight.txt" 2>&1 ||
+    preflight=$?
+  publish
+  if ((preflight == 2)) && [[ "${PARTS_AFTER_CRASH:-0}" != 1 ]]; then
+    log "bench: llama_cpp failed in the preflight (${OUT}/preflight.txt): the parts are left out"
+    publish
+    return 1
+  fi
+  ((preflight == 0)) || log "bench: the preflight failed (${OUT}/preflight.txt); the parts run, for what they can measure"
   rm -rf "${WORK}/sections"
   mkdir -p "${WORK}/sections"
   for section in ${SECTIONS}; do

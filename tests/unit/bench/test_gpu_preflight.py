@@ -28,3 +28,9 @@ def test_an_exception_is_an_exit_status_and_a_hang_a_kill() -> None:
     hung = run_step("offload", [sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
     assert hung.describe().splitlines()[0] == "offload: FAILED (killed by SIGKILL)"
     assert "timed out" in hung.describe()
+
+
+def test_a_step_runs_with_its_own_environment_over_the_callers() -> None:
+    show = "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']), os.environ.get('PATH') is not None)"
+    outcome = run_step("vocab-nogpu", [sys.executable, "-c", show], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert outcome.describe() == "vocab-nogpu: ok, '' True"
