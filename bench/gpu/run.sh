@@ -211,6 +211,8 @@ bench() {
   wait_for_build
   deadline="${DEADLINE:-$(($(date +%s) + 3600))}"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >>"${WORK}/env.txt" 2>&1 || true
+  # The kernel tells the sandbox apart (4.4.0: gVisor; a real version: Firecracker), and a crash may be a stack's.
+  echo "kernel $(uname -r), stack limit $(ulimit -s)" >>"${WORK}/env.txt"
   # llama_cpp and llama-server on their own first: a crash there is told apart from one in the bench.
   log "bench: preflight"
   publish
