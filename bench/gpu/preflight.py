@@ -7,8 +7,8 @@ steps narrow it down, cheapest first, each in a process of its own that imports 
                   the fault on the CUDA device path (device properties, the first CUDA context)
     llama         llama_cpp.Llama(vocab_only=True), verbose: the wrapper our tokenizer uses; llama.cpp's own log
                   is kept, so a crash shows the last thing it did
-    bench         after importing the bench and the app, as the bench's process does (kv_bytes_per_token): a crash
-                  here alone points at what those imports load beside llama.cpp
+    bench         after importing all that bench.run imports, its first loads (ChatTokenizer, kv_bytes_per_token):
+                  a crash here alone points at what those imports load beside llama.cpp
     offload       every layer offloaded, 8 tokens decoded
 
 then whether the built llama-server answers. The first step a signal ends runs again under cuda-gdb, where there
@@ -76,9 +76,12 @@ def wrapped() -> str:
 
 
 def after_bench_imports() -> str:
+    import bench.run  # noqa: F401  (what it loads beside llama.cpp is the point)
+    from app.generation.tokenizer import ChatTokenizer
     from bench.peers import kv_bytes_per_token
 
-    return f"after the bench's imports: {kv_bytes_per_token()} KV bytes a token"
+    tokenizer = ChatTokenizer(Path(model_path()), n_ctx=None)
+    return f"after bench.run's imports: n_ctx {tokenizer.n_ctx}, {kv_bytes_per_token()} KV bytes a token"
 
 
 def offload() -> str:

@@ -96,9 +96,17 @@ configure() {
   # shellcheck disable=SC2086
   # NCCL off: ggml uses it only to split one model over several GPUs, and the first H200 run's configure found
   # a system libnccl of unknown CUDA version, loaded into every process for nothing.
+  #
+  # --exclude-libs: the lent machines' compiler (/opt/gcc, GCC 13.3) links libstdc++ statically, so every
+  # library of the build carried a copy of it, exported (llama.cpp sets no symbol visibility). The dynamic linker
+  # then mixed the copies: libllama's std::regex (its tokenizer, at every model load) ran into libggml-cuda's
+  # copy of libstdc++'s locale code and crashed, in the bench's processes though not in a bare one (2026-11-26,
+  # H200, native stack from cuda-gdb). Kept private, each library uses its own copy; with a shared libstdc++ the
+  # flag changes nothing. -Xlinker: nvcc and g++ both pass it on.
   cmake -S "${WORK}/sdist/vendor/llama.cpp" -B "${WORK}/build" $(command -v ninja >/dev/null && echo -G Ninja) \
     -DCMAKE_BUILD_TYPE=Release ${cpu_flags} -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
     -DGGML_CUDA_FA="${CUDA_FLASH_ATTENTION}" -DGGML_CUDA_NCCL=OFF \
+    -DCMAKE_SHARED_LINKER_FLAGS="-Xlinker --exclude-libs=libstdc++.a:libsupc++.a" \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "$@"
 }
@@ -140,7 +148,14 @@ libraries() {
   # Which shared libraries the build's resolve to at run time (CUDA runtime, cuBLAS, the driver, libstdc++,
   # libgomp): a crash in the first model load is first a question of what got loaded.
   {
-    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}; compiler $(command -v "${CXX:-g++}"), its shared libstdc++:" \
+      "$("${CXX:-g++}" -print-file-name=libstdc++.so 2>&1)"
+    if readelf -d "${WORK}/build/bin/libllama.so" | grep -q 'NEEDED.*libstdc++'; then
+      echo "libstdc++: shared"
+    else
+      echo "libstdc++: static in each library; std::locale members libggml-cuda.so exports (0 wanted):" \
+        "$(nm -D --defined-only "${WORK}/build/bin/libggml-cuda.so" | grep -cE ' _ZNK?St6locale' || true)"
+    fi
     for library in libllama.so libggml-cuda.so; do
       echo "${library}: $(readelf -d "${WORK}/build/bin/${library}" 2>/dev/null | grep -E 'RUNPATH|RPATH' || true)"
       ldd "${WORK}/build/bin/${library}" 2>&1 | grep -vE 'linux-vdso|ld-linux' | sed 's/^/  /'
