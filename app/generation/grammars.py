@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+from llama_cpp.llama_grammar import JSON_GBNF, BuiltinRule, SchemaConverter
 
 from app.generation.tool_calls import CALL_CLOSE, CALL_OPEN, FunctionSpec
 
@@ -143,6 +144,191 @@ def checked_grammar(grammar: str) -> str:
     return grammar
 
 
+# Strict JSON strings ---------------------------------------------------------------------------------------
+# llama.cpp's converter lets a string hold any character but `"` and `\` raw (its `char` rule), writes a regex's
+# characters into the string as they are (a `pattern`'s `\n` becomes a raw newline, its `"` ends the string),
+# and does not escape backslashes in the literals of `const`, `enum` and property names: its output need not
+# parse. The converter below writes every string as strict JSON (RFC 8259): control characters, `"` and `\`
+# only as escapes. The terminals are read as llama.cpp's grammar parser reads them (parse_char).
+
+#: Characters a JSON string holds only as escapes: U+0000-U+001F, `"` and `\`.
+JSON_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
+#: A string's character, as strict JSON writes it (llama.cpp's, less the raw control characters).
+STRICT_CHAR = r'[^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+_GBNF_ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]"}
+_GBNF_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+@dataclass(frozen=True, slots=True)
+class CharClass:
+    """A GBNF character class: the code point ranges it lists, and whether it admits all but those."""
+
+    ranges: tuple[tuple[int, int], ...]
+    negated: bool
+
+    def admits(self, code: int) -> bool:
+        return any(low <= code <= high for low, high in self.ranges) != self.negated
+
+
+def _gbnf_char(text: str, index: int) -> tuple[int, int]:
+    """The code point written at `index` of GBNF text (an escape or one character), and the index after it."""
+    if text[index] != "\\":
+        return ord(text[index]), index + 1
+    kind = text[index + 1]
+    if kind in _GBNF_HEX_DIGITS:
+        end = index + 2 + _GBNF_HEX_DIGITS[kind]
+        return int(text[index + 2 : end], 16), end
+    if kind not in _GBNF_ESCAPES:
+        raise ValueError(f"llama.cpp's grammars have no escape \\{kind}")
+    return ord(_GBNF_ESCAPES[kind]), index + 2
+
+
+def gbnf_terminals(body: str) -> Iterator[tuple[int, int, str | CharClass]]:
+    """(start, end, terminal) of each literal (as the text it matches) and character class of a GBNF rule body,
+    in order; comments skipped."""
+    index = 0
+    while index < len(body):
+        char = body[index]
+        if char == "#":
+            newline = body.find("\n", index)
+            index = len(body) if newline < 0 else newline
+        elif char == '"':
+            start, index, text = index, index + 1, []
+            while body[index] != '"':
+                code, index = _gbnf_char(body, index)
+                text.append(chr(code))
+            index += 1
+            yield start, index, "".join(text)
+        elif char == "[":
+            start, index = index, index + 1
+            negated = body[index] == "^"
+            index += negated
+            ranges = []
+            while body[index] != "]":
+                low, index = _gbnf_char(body, index)
+                high = low
+                if body[index] == "-" and body[index + 1] != "]":
+                    high, index = _gbnf_char(body, index + 1)
+                ranges.append((low, high))
+            index += 1
+            yield start, index, CharClass(tuple(ranges), negated)
+        else:
+            index += 1
+
+
+def _gbnf_code(code: int) -> str:
+    """One code point in a GBNF character class: ASCII letters and digits as they are, anything else escaped."""
+    char = chr(code)
+    if char.isascii() and char.isalnum():
+        return char
+    return f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}"
+
+
+def gbnf_literal(text: str) -> str:
+    """`text` as a GBNF literal: printable ASCII as it is (`"` and `\\` escaped), anything else as an escape."""
+    escaped = ("\\" + char if char in '"\\' else char if " " <= char <= "~" else _gbnf_code(ord(char)) for char in text)
+    return '"' + "".join(escaped) + '"'
+
+
+def _gbnf_class(ranges: Sequence[tuple[int, int]], negated: bool) -> str:
+    listed = "".join(
+        _gbnf_code(low) if low == high else f"{_gbnf_code(low)}-{_gbnf_code(high)}" for low, high in ranges
+    )
+    return f"[{'^' if negated else ''}{listed}]"
+
+
+def _without_escaped(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`ranges` less the characters JSON escapes."""
+    kept = list(ranges)
+    for low_out, high_out in JSON_ESCAPED:
+        kept = [
+            part
+            for low, high in kept
+            for part in ((low, min(high, low_out - 1)), (max(low, high_out + 1), high))
+            if part[0] <= part[1]
+        ]
+    return kept
+
+
+def _json_content(terminal: str | CharClass, written: str) -> str:
+    """GBNF matching what `terminal` matches, as a JSON string's content writes it (`written`: the terminal's own
+    GBNF, kept where it needs no escape)."""
+    if isinstance(terminal, str):
+        return gbnf_literal(json.dumps(terminal, ensure_ascii=False)[1:-1])
+    escaped = [code for low, high in JSON_ESCAPED for code in range(low, high + 1) if terminal.admits(code)]
+    if not escaped and not terminal.negated:
+        return written
+    if terminal.negated:
+        plain = [_gbnf_class([*terminal.ranges, *JSON_ESCAPED], negated=True)]
+    else:
+        kept = _without_escaped(terminal.ranges)
+        plain = [_gbnf_class(kept, negated=False)] if kept else []
+    escapes = [gbnf_literal(json.dumps(chr(code))[1:-1]) for code in escaped]
+    return "(" + " | ".join([*plain, *escapes]) + ")"
+
+
+def json_string_content(body: str) -> str:
+    """GBNF `body`, whose terminals match a string's characters, rewritten to match them as a JSON string's
+    content writes them: control characters, `"` and `\\` as escapes."""
+    pieces, done = [], 0
+    for start, end, terminal in gbnf_terminals(body):
+        pieces += [body[done:start], _json_content(terminal, body[start:end])]
+        done = end
+    return "".join([*pieces, body[done:]])
+
+
+class StrictJsonConverter(SchemaConverter):
+    """llama.cpp's JSON Schema -> GBNF converter, writing strings as strict JSON (see above). Its methods have no
+    annotations: the calls to them are marked for mypy."""
+
+    QUOTED = ('"\\"" ', ' "\\"" space')
+
+    def __init__(self) -> None:
+        super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
+        #: The rules a `pattern` made: its string (quoted), and the parts of its regex (unquoted).
+        self._pattern_strings: set[str] = set()
+        self._pattern_parts: set[str] = set()
+
+    def _format_literal(self, literal: str) -> str:
+        # Always JSON text here (json.dumps of a const, an enum value or a property name): its backslashes too
+        # must reach the output.
+        return gbnf_literal(literal)
+
+    def _add_primitive(self, name: str, rule: BuiltinRule) -> str:
+        if name == "char":
+            rule = BuiltinRule(STRICT_CHAR, [])
+        added: str = super()._add_primitive(name, rule)
+        return added
+
+    def _visit_pattern(self, pattern: str, name: str) -> str:
+        before = dict(self._rules)
+        rule: str = super()._visit_pattern(pattern, name)  # type: ignore[no-untyped-call]
+        self._pattern_strings.add(rule)
+        self._pattern_parts |= {key for key, body in self._rules.items() if before.get(key) != body} - {rule}
+        return rule
+
+    def format_grammar(self) -> str:
+        open_quote, close_quote = self.QUOTED
+        for key in self._pattern_parts:
+            self._rules[key] = json_string_content(self._rules[key])
+        for key in self._pattern_strings:
+            body = self._rules[key]
+            assert body.startswith(open_quote) and body.endswith(close_quote), body
+            inner = body[len(open_quote) : -len(close_quote)]
+            self._rules[key] = open_quote + json_string_content(inner) + close_quote
+        grammar: str = super().format_grammar()  # type: ignore[no-untyped-call]
+        return grammar
+
+
+def strict_json_gbnf(schema: dict[str, Any]) -> str:
+    """GBNF for the JSON documents matching `schema`, every string in strict JSON."""
+    converter = StrictJsonConverter()
+    # A copy: resolving references rewrites the schema's `$ref`s in place.
+    converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "stdin"), "")  # type: ignore[no-untyped-call]
+    grammar: str = converter.format_grammar()
+    return grammar
+
+
 def json_schema_grammar(schema: dict[str, Any]) -> str:
     """GBNF accepting exactly the JSON documents that match `schema` (not yet checked against the bounds: see
     checked_grammar)."""
@@ -154,9 +340,11 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     except RecursionError:
         raise InvalidSchema("the JSON Schema is nested too deeply") from None
     try:
-        grammar: str = json_schema_to_gbnf(json.dumps(schema))
+        grammar = strict_json_gbnf(schema)
     except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as error:
         raise InvalidSchema(f"this JSON Schema cannot be enforced: {error}") from None
+    except IndexError:  # a pattern whose escape or class llama.cpp's converter left open
+        raise InvalidSchema("this JSON Schema cannot be enforced: a pattern ends inside an escape") from None
     return grammar
 
 
