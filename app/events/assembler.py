@@ -13,7 +13,7 @@ from typing import Any
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
 from app.generation.prompt import encode_reasoning
-from app.generation.tool_calls import CALL_OPEN, held_back, parse_calls
+from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_calls, parse_cut_calls
 from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.events import (
@@ -267,20 +267,30 @@ class ResponseAssembler:
 
     # Function calls ------------------------------------------------------------------------------------
 
-    def _calls(self) -> list[StoredFunctionCall | StoredCustomToolCall]:
+    def _parsed_calls(self, completed: bool) -> list[ParsedCall]:
+        """The calls from the first call tag on: of a completed output, all well formed or none (it was text);
+        of a cut one, those it got to (see parse_cut_calls: its call markup is never text)."""
         if self._calls_from is None:
             return []
         kinds = {name: "custom" if name in self._custom_tools else "function" for name in self._functions}
-        parsed = parse_calls(self._raw[self._calls_from :], kinds)
+        calls_text = self._raw[self._calls_from :]
+        if not completed:
+            return parse_cut_calls(calls_text, kinds)
+        parsed = parse_calls(calls_text, kinds)
         if parsed is None:  # not well-formed calls after all: it was text
             self._calls_from = None
             return []
+        return parsed
+
+    def _calls(self, completed: bool) -> list[StoredFunctionCall | StoredCustomToolCall]:
+        parsed = self._parsed_calls(completed)
         if not self._parallel_tool_calls:
             parsed = parsed[:1]
         calls: list[StoredFunctionCall | StoredCustomToolCall] = []
         for call in parsed:
             namespace = self._functions[call.name]
             if call.name in self._custom_tools:
+                # NOTE: a custom tool call has no status on the wire; a cut one is known by its response's.
                 calls.append(
                     StoredCustomToolCall(
                         id=self._ids("ctc"),
@@ -298,6 +308,7 @@ class ResponseAssembler:
                         name=call.name,
                         arguments=call.arguments,
                         namespace=namespace,
+                        status="completed" if call.complete else "incomplete",
                     )
                 )
         return calls
@@ -315,23 +326,29 @@ class ResponseAssembler:
             )
         ]
         if isinstance(call, StoredCustomToolCall):
-            events += [
-                CustomToolCallInputDeltaEvent(
-                    sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.input
-                ),
+            if call.input:
+                events.append(
+                    CustomToolCallInputDeltaEvent(
+                        sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.input
+                    )
+                )
+            events.append(
                 CustomToolCallInputDoneEvent(
                     sequence_number=self._next(), item_id=call.id, output_index=index, input=call.input
-                ),
-            ]
+                )
+            )
         else:
-            events += [
-                FunctionCallArgumentsDeltaEvent(
-                    sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.arguments
-                ),
+            if call.arguments:
+                events.append(
+                    FunctionCallArgumentsDeltaEvent(
+                        sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.arguments
+                    )
+                )
+            events.append(
                 FunctionCallArgumentsDoneEvent(
                     sequence_number=self._next(), item_id=call.id, output_index=index, arguments=call.arguments
-                ),
-            ]
+                )
+            )
         events.append(
             OutputItemEvent(
                 type="response.output_item.done", sequence_number=self._next(), output_index=index, item=call
@@ -364,9 +381,11 @@ class ResponseAssembler:
             self._phase = "answer"
         if self._phase == "reasoning":  # cut off while reasoning
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
-        calls = self._calls() if status == "completed" else []
-        if not calls:
-            events += self._send_text(len(self._raw))
+        calls = self._calls(completed=status == "completed")
+        if self._calls_from is None:
+            # A cut output may end in the start of a call tag: markup, not text.
+            cut_tag = held_back(self._raw) if self._functions and status != "completed" else 0
+            events += self._send_text(len(self._raw) - cut_tag)
         if self._message is None and not calls:
             events += self._open_message()
         if self._message is not None:

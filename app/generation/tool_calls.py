@@ -9,12 +9,17 @@ NOTE: calls are read, and earlier calls and results written, in the Hermes/Qwen 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
+_DECODER = json.JSONDecoder()
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+#: The longest escape a cut can split (`\uXXXX`).
+_LONGEST_ESCAPE = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +41,8 @@ class FunctionSpec:
 class ParsedCall:
     name: str
     arguments: str  # function tools: a JSON object, as text; custom tools: the free-text input
+    #: False for a call cut off (the token limit, a cancel) in its arguments: `arguments` is what came before.
+    complete: bool = True
 
 
 def tools_prompt(functions: Sequence[FunctionSpec]) -> str:
@@ -98,6 +105,24 @@ def held_back(text: str, tag: str = CALL_OPEN) -> int:
     return 0
 
 
+def _read_call(call: Any, known: Mapping[str, str]) -> ParsedCall | None:
+    """The call a decoded call object stands for; None when it is not a call of a known tool."""
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or call["name"] not in known:
+        return None
+    if known[call["name"]] == "custom":
+        text_input = call.get("input", call.get("arguments"))
+        return ParsedCall(call["name"], text_input) if isinstance(text_input, str) else None
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return ParsedCall(call["name"], json.dumps(arguments, ensure_ascii=False))
+
+
 def parse_calls(text: str, known: Mapping[str, str]) -> list[ParsedCall] | None:
     """The calls in `text` (which starts at the first call tag); None when it is not well-formed calls of
     known tools (name -> "function" | "custom"), in which case the caller keeps it as plain text."""
@@ -109,26 +134,105 @@ def parse_calls(text: str, known: Mapping[str, str]) -> list[ParsedCall] | None:
         body, closed, rest = rest[len(CALL_OPEN) :].partition(CALL_CLOSE)
         rest = rest.strip()
         try:
-            call = json.loads(body)
+            call = _read_call(json.loads(body), known)
         except json.JSONDecodeError:
             return None
-        if not closed and rest:
+        if call is None or (not closed and rest):
             return None
-        if not isinstance(call, dict) or call.get("name") not in known:
-            return None
-        if known[call["name"]] == "custom":
-            text_input = call.get("input", call.get("arguments"))
-            if not isinstance(text_input, str):
-                return None
-            calls.append(ParsedCall(call["name"], text_input))
-            continue
-        arguments = call.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                return None
-        if not isinstance(arguments, dict):
-            return None
-        calls.append(ParsedCall(call["name"], json.dumps(arguments, ensure_ascii=False)))
+        calls.append(call)
     return calls or None
+
+
+def _skip_space(text: str, index: int) -> int:
+    match = _JSON_SPACE.match(text, index)
+    assert match is not None, "the pattern matches the empty string"
+    return match.end()
+
+
+def _members_before_cut(body: str) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """The members of the JSON object that `body` opens and a cut ended: those read whole, and the key and the
+    text so far of the member the cut fell in the value of (None when it fell elsewhere)."""
+    members: dict[str, Any] = {}
+    index = _skip_space(body, 0)
+    if not body.startswith("{", index):
+        return members, None
+    index += 1
+    while True:
+        try:
+            key, index = _DECODER.raw_decode(body, _skip_space(body, index))
+        except json.JSONDecodeError:
+            return members, None
+        index = _skip_space(body, index)
+        if not isinstance(key, str) or not body.startswith(":", index):
+            return members, None
+        index = _skip_space(body, index + 1)
+        try:
+            members[key], index = _DECODER.raw_decode(body, index)
+        except json.JSONDecodeError:
+            return members, (key, body[index:])
+        index = _skip_space(body, index)
+        if not body.startswith(",", index):
+            return members, None
+        index += 1
+
+
+def _string_so_far(text: str) -> str:
+    """What a JSON string cut off after `text` (its opening quote on) says, less an escape the cut split."""
+    for end in range(len(text), max(len(text) - _LONGEST_ESCAPE, 0), -1):
+        try:
+            value: str = json.loads(text[:end] + '"')
+        except json.JSONDecodeError:
+            continue
+        # Half of a surrogate pair is no text of its own.
+        return value[:-1] if value and "\ud800" <= value[-1] <= "\udbff" else value
+    return ""
+
+
+def _cut_call(body: str, known: Mapping[str, str]) -> ParsedCall | None:
+    """The call that `body` (after its call tag) began before a cut: whole when its arguments are (only its
+    closing was cut), else with the arguments so far; None before its name was read whole."""
+    try:
+        whole, _ = _DECODER.raw_decode(body, _skip_space(body, 0))
+    except json.JSONDecodeError:
+        whole = None
+    if whole is not None:  # the call object ended: only the closing tag was cut
+        return _read_call(whole, known)
+    members, cut_member = _members_before_cut(body)
+    name = members.get("name")
+    if not isinstance(name, str) or name not in known:
+        return None
+    payload_keys = ("input", "arguments") if known[name] == "custom" else ("arguments",)
+    for key in payload_keys:
+        if key in members:
+            return _read_call({"name": name, key: members[key]}, known)
+    if cut_member is None or cut_member[0] not in payload_keys:
+        return ParsedCall(name, "", complete=False)
+    so_far = cut_member[1]
+    if known[name] == "custom" or so_far.startswith('"'):  # free text, or arguments written as a JSON string
+        so_far = _string_so_far(so_far)
+    return ParsedCall(name, so_far, complete=False)
+
+
+def parse_cut_calls(text: str, known: Mapping[str, str]) -> list[ParsedCall]:
+    """The calls in `text` (which starts at the first call tag) that a cut ended (the token limit, a cancel):
+    each whole call, then the one the cut fell in, once its name was read (see _cut_call).
+
+    NOTE: what cannot be read as a call of a known tool is left out, where parse_calls would keep it as text:
+    the client never sees our call markup, and a cut call is not one the model chose to write as text.
+    """
+    calls: list[ParsedCall] = []
+    rest = text.lstrip()
+    while rest.startswith(CALL_OPEN):
+        body, closed, rest = rest[len(CALL_OPEN) :].partition(CALL_CLOSE)
+        rest = rest.lstrip()
+        if not closed:
+            cut = _cut_call(body, known)
+            return [*calls, cut] if cut is not None else calls
+        try:
+            call = _read_call(json.loads(body), known)
+        except json.JSONDecodeError:
+            call = None
+        if call is None:
+            break
+        calls.append(call)
+    return calls

@@ -119,10 +119,13 @@ async def test_strict_tools_reject_hosted_tools(client: httpx.AsyncClient) -> No
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools[0].type"
 
 
-async def test_a_call_cut_by_the_token_limit_is_not_a_call(client: httpx.AsyncClient, runner: FakeRunner) -> None:
+async def test_a_call_cut_before_its_name_is_neither_a_call_nor_text(
+    client: httpx.AsyncClient, runner: FakeRunner
+) -> None:
     says(runner, " ".join(["<tool_call>{"] + ["x"] * 30))
     body = (await client.post("/v1/responses", json={"input": "x", "tools": [WEATHER], "max_output_tokens": 16})).json()
     assert body["status"] == "incomplete" and [item["type"] for item in body["output"]] == ["message"]
+    assert body["output"][0]["content"][0]["text"] == "", "the call markup reached the client"
 
 
 SQL = {
