@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from app.db.session import Database
+from app.errors import is_outage
 from app.events.assembler import ResponseAssembler
 from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
@@ -171,9 +172,17 @@ class JobExecution:
             # The row was ended (cancel, reconciler) or taken over meanwhile: say what it says, not what we made.
             self._interrupted = Interrupted.LOST
             await self._publish(await row_verdict(self.database, self.job, first))
-        except Exception:
-            logger.exception("could not store the final state of %s", self.job.response_id)
+        except Exception as error:
             self._interrupted = Interrupted.LOST
+            if is_outage(error) and self.background and self.lease is not None:
+                # The database stayed away past the write's budget: nothing of the end was sent, and a takeover
+                # (once it is back, within lease + interval) finishes the response from the progress stored,
+                # rather than a failure that a blip at the wrong moment would make.
+                logger.warning(
+                    "could not store the final state of %s (%s); leaving it to a takeover", self.job.response_id, error
+                )
+                return
+            logger.exception("could not store the final state of %s", self.job.response_id)
             for event in await self._fail_unstored(unfinished):
                 await self._publish(event)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
 from app.db.models import GenerationProgressRow, ResponseRow
@@ -306,3 +308,35 @@ async def test_a_write_is_tried_again_through_an_outage_only() -> None:
     tries.clear()
     await store_with_retries(blip_then_stored, budget_s=5)
     assert tries == ["blip", "blip"]
+
+
+async def test_a_background_job_whose_final_write_meets_an_outage_is_taken_over_not_failed(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner.delay_s, runner.reply = 0.005, [f"w{index}" for index in range(6)]
+    finish_held = jobs.finish_held
+    refused: list[str] = []
+
+    async def database_away_at_the_end(
+        session: AsyncSession, response_id: str, *, holder: jobs.Holder, values: dict[str, Any]
+    ) -> bool:
+        # The first run's final write meets the database away for its whole budget; the database is back for
+        # whatever that run writes next (a failure, before this fix), and for the takeover's.
+        if values["status"] == "completed" and "back" not in refused:
+            refused.append(values["status"])
+            raise OperationalError("UPDATE responses", {}, ConnectionRefusedError(111, "Connect call failed"))
+        return await finish_held(session, response_id, holder=holder, values=values)
+
+    monkeypatch.setattr(jobs, "finish_held", database_away_at_the_end)
+    live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
+    response_id = await started(runner)
+    executor = app_runtime.queue.executor  # type: ignore[attr-defined]
+    await until(lambda: bool(refused) and response_id not in executor.running, timeout_s=20)
+    refused.append("back")
+    row = await row_of(app_runtime, response_id)
+    assert row.status == "in_progress" and row.job is not None  # not failed: left for a takeover
+    await asyncio.sleep(1.2)  # its lease (1 s) expires
+    assert (await reconciler(app_runtime).run_round()).taken_over == 1
+    final = assert_well_formed_stream(parse_sse((await live).text))
+    assert final["status"] == "completed" and (await row_of(app_runtime, response_id)).attempts == 2
+    assert (await client.get(f"/v1/responses/{response_id}")).json() == final
