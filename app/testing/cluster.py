@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from glob import glob
@@ -64,10 +64,14 @@ class PostgresServer:
     """A private Postgres cluster (initdb in a temp dir, pg_ctl on a free port, trust auth, fsync off).
 
     As root, initdb refuses to run: the cluster then runs as the `postgres` user (or `nobody`).
+    `also_listen`: addresses besides 127.0.0.1 to serve on, and `trusted_networks` (CIDR) whose clients need no
+    password there (a network namespace's link).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, also_listen: Sequence[str] = (), trusted_networks: Sequence[str] = ()) -> None:
         self.port = free_port()
+        self.also_listen = list(also_listen)
+        self.trusted_networks = list(trusted_networks)
         self.directory = Path(tempfile.mkdtemp(prefix="llama-responses-pg-"))
         self.data = self.directory / "data"
         self.log = self.directory / "postgres.log"
@@ -86,7 +90,10 @@ class PostgresServer:
     @property
     def url(self) -> str:
         """The database the app uses (created by `start`)."""
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/responses"
+        return self.url_on("127.0.0.1")
+
+    def url_on(self, host: str) -> str:
+        return f"postgresql+asyncpg://postgres@{host}:{self.port}/responses"
 
     def _run(self, args: list[str], timeout_s: float = PG_START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         command = ["runuser", "-u", self._user, "--", *args] if self._user else args
@@ -99,7 +106,10 @@ class PostgresServer:
             )
             if made.returncode != 0:
                 raise RuntimeError(f"initdb failed: {made.stderr}")
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+            with (self.data / "pg_hba.conf").open("a") as rules:
+                rules.writelines(f"host all all {network} trust\n" for network in self.trusted_networks)
+        listen = ",".join(["127.0.0.1", *self.also_listen])
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses={listen} -c fsync=off"
         options += " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         started = self._run(
             [postgres_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start"]
@@ -193,8 +203,10 @@ class Cluster:
         self.processes.append(node)
         return node.start()
 
-    def worker(self, name: str = "worker", **env: str) -> ServerProcess:
-        node = ServerProcess({**self.env(), **env}, self.logs / f"{name}-{len(self.processes)}.log", ["worker"])
+    def worker(self, name: str = "worker", *, wrapper: Sequence[str] = (), **env: str) -> ServerProcess:
+        """A worker; `wrapper` runs it (`ip netns exec <ns>`: in a network namespace)."""
+        log_path = self.logs / f"{name}-{len(self.processes)}.log"
+        node = ServerProcess({**self.env(), **env}, log_path, ["worker"], wrapper=wrapper)
         self.processes.append(node)
         return node.start()
 
@@ -215,10 +227,13 @@ class Cluster:
 
 
 @contextmanager
-def private_cluster(logs: Path, **extra_env: str) -> Iterator[tuple[Cluster, PostgresServer, RedisServer]]:
-    """A private Postgres (migrated) and Redis, and a Cluster on them; everything torn down afterwards."""
-    postgres = PostgresServer()
-    redis_server = RedisServer()
+def private_cluster(
+    logs: Path, *, postgres: PostgresServer | None = None, redis_server: RedisServer | None = None, **extra_env: str
+) -> Iterator[tuple[Cluster, PostgresServer, RedisServer]]:
+    """A private Postgres (migrated) and Redis (these, else new ones), and a Cluster on them; everything torn
+    down afterwards."""
+    postgres = postgres or PostgresServer()
+    redis_server = redis_server or RedisServer()
     try:
         postgres.start()
         redis_server.start()
