@@ -2,7 +2,7 @@
 compound faults on two API nodes and two workers over a private Postgres and Redis, a fresh cluster per seed,
 then the invariants (app/testing/chaos_checks.py).
 
-    .venv/bin/python -m bench.chaos [--seed S] [--seeds N] [--duration 240] [--json chaos.json]
+    .venv/bin/python -m bench.chaos [--seed S] [--seeds N] [--duration 240] [--short] [--json chaos.json]
 
 Prints each seed's report as it ends (the seed first, the figures, every violation with the faults around it,
 the whole timeline) and a table of the figures per seed: faults injected, responses, 503s, time to quiet. A
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from app.testing.chaos import ChaosReport, run_chaos
-from app.testing.chaos_faults import FaultPlan
+from app.testing.chaos_faults import SHORT_PLAN, FaultPlan
 from app.testing.chaos_load import LoadPlan
 
 
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="how many seeds, from --seed on")
     parser.add_argument("--duration", type=float, default=240.0, help="seconds of load and faults per seed")
     parser.add_argument("--clients", type=int, default=LoadPlan().clients, help="client threads")
+    parser.add_argument("--short", action="store_true", help="the CI form's faults (a partition first), to replay it")
     parser.add_argument("--json", type=Path, help="also write every seed's figures and violations here")
     args = parser.parse_args()
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
@@ -58,7 +59,7 @@ def main() -> None:
     for seed in range(first, first + args.seeds):
         print(f"chaos seed {seed}: {args.duration:.0f} s", flush=True)
         logs = Path(tempfile.mkdtemp(prefix=f"llama-responses-chaos-{seed}-"))
-        report = run_chaos(seed, args.duration, logs, load=load, faults=FaultPlan())
+        report = run_chaos(seed, args.duration, logs, load=load, faults=SHORT_PLAN if args.short else FaultPlan())
         reports.append(report)
         print(report.render(), flush=True)
     print(f"\n{len(reports)} seeds in {time.monotonic() - started:.0f} s, load average {load_average:.1f} at the start")

@@ -49,6 +49,11 @@ class FaultPlan:
     lead: tuple[str, ...] = ()
 
 
+#: The short form's plan (tests/faults/test_chaos.py; `bench.chaos --short`): rounds closer together, and a
+#: partition first, so that every run has one.
+SHORT_PLAN = FaultPlan(gap_s=(2.0, 6.0), lead=("worker_partition",))
+
+
 @dataclass(frozen=True)
 class Fault:
     kind: str
