@@ -98,7 +98,8 @@ def stream_defects(events: list[dict[str, Any]], *, whole: bool) -> list[str]:
         missing = sorted(set(range(max((n for n in numbers if isinstance(n, int)), default=-1) + 1)) - set(numbers))
         defects.append(f"sequence numbers not 0..{len(numbers) - 1}: duplicated {duplicated}, missing {missing}")
     if events and events[0]["type"] != "response.created":
-        defects.append(f"first event {events[0]['type']}")
+        kinds = [f"{event.get('sequence_number')}:{event['type']}" for event in events[:6]]
+        defects.append(f"first event {events[0]['type']} (of {len(events)}: {', '.join(kinds)})")
     terminals = [index for index, event in enumerate(events) if event["type"] in TERMINAL_EVENT_TYPES]
     if whole and (len(terminals) != 1 or terminals[0] != len(events) - 1):
         defects.append(f"terminal events at {terminals} of {len(events)}")
