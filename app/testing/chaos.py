@@ -195,17 +195,21 @@ def run_on(
     watchers = [_start(watch.run, stop_watching), _start(injector.supervise, stop_watching)]
     watchers.append(_start(meter.run, stop_watching))
     try:
-        injector.run(duration_s, threading.Event())
+        try:
+            injector.run(duration_s, stop_load)
+        finally:
+            stop_load.set()
+            chaos.everything_running()
+            timeline.note("faults over, everything running; the load stops")
+        time_to_quiet = _wait_quiet(chaos, client_threads, load)
+        timeline.note(f"quiet after {time_to_quiet} s" if time_to_quiet is not None else "never quiet")
+        meter.sample()
     finally:
+        # Before the cluster is torn down: a supervisor still watching would start its processes again.
         stop_load.set()
-        chaos.everything_running()
-        timeline.note("faults over, everything running; the load stops")
-    time_to_quiet = _wait_quiet(chaos, client_threads, load)
-    timeline.note(f"quiet after {time_to_quiet} s" if time_to_quiet is not None else "never quiet")
-    meter.sample()
-    stop_watching.set()
-    for thread in watchers:
-        thread.join(30)
+        stop_watching.set()
+        for thread in watchers:
+            thread.join(30)
     violations = _check(chaos, recorder, injector, watch)
     statuses = _final_statuses(chaos)
     answers = recorder.answers
