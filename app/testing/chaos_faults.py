@@ -265,7 +265,13 @@ class FaultInjector:
             self.timeline.note(f"API node SIGKILL: {process_name(api)}, down {fault.hold_s} s")
             api.kill()
             time.sleep(fault.hold_s)
-            api.start()
+            try:
+                api.start()
+            except RuntimeError as error:  # it exited while starting (Postgres away): as an orchestrator would,
+                # the supervisor starts it again
+                first_line = str(error).splitlines()[0]
+                self.timeline.note(f"API node did not start ({first_line}): left to the supervisor")
+                return
             self.timeline.note(f"API node started again: {process_name(api)}")
         finally:
             self._release(api)
