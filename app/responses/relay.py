@@ -80,6 +80,12 @@ async def _closing_events(runtime: Runtime, response_id: str, sequence_number: i
     return [terminal_event(row, sequence_number)]
 
 
+def _unavailable_event(sequence_number: int) -> dict[str, Any]:
+    unavailable = database_unavailable()
+    error = ErrorEvent(sequence_number=sequence_number, code=unavailable.code, message=unavailable.message)
+    return error.model_dump(mode="json")
+
+
 def _failed_event(
     snapshot: ResponseObject, sequence_number: int, items: OpenItems, message: str = LOST_JOB_MESSAGE
 ) -> dict[str, Any]:
@@ -302,6 +308,12 @@ async def _relay(
                     logger.warning("the database stayed unreachable while %s ran: giving up on it", response_id)
                     if snapshot is None:
                         raise DatabaseLost()
+                    if last == after:
+                        # Nothing said yet, its id included: an error alone, as a create refused before it
+                        # existed. A `response.failed` would name a response that may yet run once the database
+                        # is back, and end otherwise than this stream said.
+                        yield _unavailable_event(last + 1)
+                        return
                     yield _failed_event(snapshot, last + 1, items, DATABASE_LOST_MESSAGE)
                     return
                 if replay and feed.broken:

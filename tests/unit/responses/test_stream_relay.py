@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from app.events.terminal import TERMINAL_EVENT_TYPES
 from app.generation.job import GenerationJob
 from app.generation.types import Finish, GenerationOutput
-from app.jobs.execution import JobExecutor
+from app.jobs.execution import JobExecution, JobExecutor
 from app.responses import relay, repository
 from app.runtime import Runtime
 from app.testing.fakes import FakeRun, FakeRunner
@@ -131,3 +131,20 @@ async def test_a_foreground_create_is_answered_when_neither_its_generation_nor_t
     # A JSON create has sent nothing yet: it is the 503 of any request that needs the database.
     assert_error(answered, 503, param=None, code="database_unavailable")
     assert runner.runs[runner.jobs[-1].response_id].cancelled
+
+
+@pytest.mark.settings(lease_s=1, reconcile_interval_s=0.05)
+async def test_a_stream_that_heard_nothing_when_it_gives_up_says_an_error_and_names_no_response(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def never_claimed(self: JobExecution, runner: object) -> None:
+        await asyncio.sleep(3600)  # a worker that cannot reach the database to claim the job
+
+    monkeypatch.setattr(JobExecution, "run", never_claimed)
+    monkeypatch.setattr(repository, "get_status", _unreachable)
+    async with asyncio.timeout(CLIENT_TIMEOUT_S):
+        streamed = await client.post("/v1/responses", json={"input": "hi", "stream": True})
+    # The response may still run once the database is back: a `response.failed` naming it could be contradicted.
+    events = parse_sse(streamed.text)
+    assert [(event["type"], event["code"]) for event in events] == [("error", "database_unavailable")]
+    assert not any("response" in event for event in events)
