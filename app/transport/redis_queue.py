@@ -203,6 +203,10 @@ class ArqQueue:
                 continue
             newest = "+inf" if not await self._takes_jobs(worker_id) else (time.time() - AFFINITY_CLAIM_S) * 1000
             for raw in await self.pool.zrangebyscore(key, "-inf", newest):
+                if await self.pool.exists(in_progress_key_prefix + raw.decode()):
+                    # Running, not waiting (arq keeps a job in its queue until it ends): a dead worker's run is
+                    # the lease's to reconcile, a live one's is its own.
+                    continue
                 info = await Job(raw.decode(), self.pool).info()
                 if info is None or not info.args:  # its record is gone: arq drops the id when it polls it
                     continue

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from arq.connections import ArqRedis, create_pool
+from arq.constants import in_progress_key_prefix
 
 from app.generation.job import GenerationJob
 from app.generation.types import SamplingParams
@@ -105,3 +106,18 @@ async def test_a_job_a_live_worker_does_not_claim_in_time_goes_to_any_worker(poo
 async def test_keys_beside_a_worker_queue_are_not_taken_for_one(pool: ArqRedis) -> None:
     await pool.set(f"{worker_queue(HOME)}:health-check", "arq's own")
     assert await ArqQueue(pool).release_stranded() == 0
+
+
+async def test_a_job_running_in_a_worker_queue_is_not_taken_for_a_waiting_one(pool: ArqRedis) -> None:
+    queue = ArqQueue(pool)
+    await pool.set(affinity_owner_key("t", MODEL, "chain"), HOME)
+    await beat_at(pool, HOME, seconds_ago=0)
+    await queue.enqueue(job(1))
+    # Its worker runs it (arq keeps it in the queue until it ends), for longer than a claim takes.
+    await pool.set(f"{in_progress_key_prefix}resp_stranded_1", b"1")
+    waited_ms = (time.time() - redis_queue.AFFINITY_CLAIM_S - 1) * 1000
+    await pool.zadd(worker_queue(HOME), {"resp_stranded_1": waited_ms}, xx=True)
+    assert await queue.release_stranded() == 0
+    await beat_at(pool, HOME, seconds_ago=redis_queue.WORKER_FRESH_S + 1)  # and when it died running it
+    assert await queue.release_stranded() == 0
+    assert await where(pool, "resp_stranded_1") == [worker_queue(HOME)]
