@@ -34,9 +34,6 @@ TERMINAL_GRACE_S = 5.0
 #: last events may still be on their way when its job's record goes).
 DEAD_JOB_POLLS = 2
 LOST_JOB_MESSAGE = "The worker generating this response stopped before it finished."
-DATABASE_LOST_MESSAGE = (
-    "The database was unavailable for longer than this response's end could be waited for; its generation was stopped."
-)
 
 
 class DatabaseLost(ServiceUnavailable):
@@ -80,20 +77,22 @@ async def _closing_events(runtime: Runtime, response_id: str, sequence_number: i
     return [terminal_event(row, sequence_number)]
 
 
-def _unavailable_event(sequence_number: int) -> dict[str, Any]:
-    unavailable = database_unavailable()
-    error = ErrorEvent(sequence_number=sequence_number, code=unavailable.code, message=unavailable.message)
+def _unavailable_event(response_id: str, sequence_number: int) -> dict[str, Any]:
+    """The end of a foreground stream whose database stayed unreachable: an error, naming where its end will be."""
+    message = (
+        "The database became unavailable while this response was generated, so how it ends is not known here: "
+        f"read it (GET /v1/responses/{response_id}) once the service is back."
+    )
+    error = ErrorEvent(sequence_number=sequence_number, code=database_unavailable().code, message=message)
     return error.model_dump(mode="json")
 
 
-def _failed_event(
-    snapshot: ResponseObject, sequence_number: int, items: OpenItems, message: str = LOST_JOB_MESSAGE
-) -> dict[str, Any]:
+def _failed_event(snapshot: ResponseObject, sequence_number: int, items: OpenItems) -> dict[str, Any]:
     """`response.failed` for a response whose end this relay cannot learn (an unstored one whose job died), with
     the output its stream saw (relay_events closes the open items and says `error` before it)."""
     failed = snapshot.model_copy(deep=True)
     failed.status = "failed"
-    failed.error = ResponseError(code="server_error", message=message)
+    failed.error = ResponseError(code="server_error", message=LOST_JOB_MESSAGE)
     failed.output = [STORED_ITEM.validate_python(item) for item in items.output_so_far()]
     terminal = ResponseLifecycleEvent(type="response.failed", sequence_number=sequence_number, response=failed)
     return terminal.model_dump(mode="json")
@@ -231,11 +230,12 @@ async def relay_events(
     after: int = -1,
     snapshot: ResponseObject | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Events with sequence_number > `after`, in order, without gaps or repeats, up to a terminal one.
+    """Events with sequence_number > `after`, in order, without gaps or repeats, up to a terminal one; but for
+    a foreground stream whose database stays unreachable past lease + interval, an `error` ends it.
 
-    `snapshot`: the response as created, which a relay ends failed when it cannot learn how the response ends:
-    RelayMode.UNSTORED needs it (its job died); a RelayMode.STORED relay without one (a JSON create, which can
-    still answer 503) raises DatabaseLost instead when the database stays unreachable."""
+    `snapshot`: the response as created, which RelayMode.UNSTORED needs (its job died: the stream ends failed);
+    a RelayMode.STORED relay without one (a JSON create, which can still answer 503) raises DatabaseLost where a
+    stream would send that error."""
     assert mode is not RelayMode.UNSTORED or snapshot is not None, "an unstored relay needs a snapshot"
     assert mode is not RelayMode.REPLAY or snapshot is None, "a replay ends from the stored row"
     items = OpenItems(complete=after < 0)
@@ -308,13 +308,9 @@ async def _relay(
                     logger.warning("the database stayed unreachable while %s ran: giving up on it", response_id)
                     if snapshot is None:
                         raise DatabaseLost()
-                    if last == after:
-                        # Nothing said yet, its id included: an error alone, as a create refused before it
-                        # existed. A `response.failed` would name a response that may yet run once the database
-                        # is back, and end otherwise than this stream said.
-                        yield _unavailable_event(last + 1)
-                        return
-                    yield _failed_event(snapshot, last + 1, items, DATABASE_LOST_MESSAGE)
+                    # An error, and no terminal event: how the response ends is the database's to say once it is
+                    # back (a `response.failed` here could be contradicted by a run that stored its end then).
+                    yield _unavailable_event(response_id, last + 1)
                     return
                 if replay and feed.broken:
                     for event in await _stored_events(runtime, response_id, last):
