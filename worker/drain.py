@@ -16,7 +16,7 @@ from typing import Any
 
 from arq.worker import Worker
 
-from app.transport.redis_queue import ArqQueue, mark_draining
+from app.transport.redis_queue import mark_draining
 from worker.runtime import WorkerRuntime
 
 logger = logging.getLogger("llama_responses.worker")
@@ -44,7 +44,7 @@ async def drain(runtime: WorkerRuntime, workers: Sequence[Worker]) -> DrainRepor
     started = time.monotonic()
     for worker in workers:
         worker.allow_pick_jobs = False
-    queue = ArqQueue(runtime.redis)
+    queue = runtime.reconciler.queue  # the worker's own ArqQueue: no second one for the drain
     with contextlib.suppress(Exception):
         await mark_draining(runtime.redis, runtime.worker_id, runtime.settings.worker_drain_s + DRAINING_MARGIN_S)
     with contextlib.suppress(Exception):

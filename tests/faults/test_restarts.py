@@ -74,15 +74,25 @@ def test_a_chain_answers_after_its_worker_and_api_node_were_killed_and_restarted
     api.stop()
 
 
-def test_a_background_response_whose_only_worker_died_reads_queued_until_a_worker_takes_it_over(
-    cluster: Cluster, workers: list[ServerProcess]
-) -> None:
-    api = cluster.api("queued-api")
+def stream_on_its_only_worker(
+    cluster: Cluster, workers: list[ServerProcess], name: str, body: dict[str, Any]
+) -> tuple[ServerProcess, ServerProcess, StreamReader, str]:
+    """An API node and one worker, and a background stream on it that has said some text: (api, worker, reader,
+    response id)."""
+    api = cluster.api(name)
     only = start_worker(cluster, workers, api)
-    reader = StreamReader("POST", f"{api.base_url}/v1/responses", {**BACKGROUND_STREAM, "temperature": 0})
+    reader = StreamReader("POST", f"{api.base_url}/v1/responses", body)
     assert reader.wait_for(lambda events: deltas(events) >= 3, timeout_s=90), reader.events
     response_id = reader.response_id
     assert response_id is not None
+    return api, only, reader, response_id
+
+
+def test_a_background_response_whose_only_worker_died_reads_queued_until_a_worker_takes_it_over(
+    cluster: Cluster, workers: list[ServerProcess]
+) -> None:
+    body = {**BACKGROUND_STREAM, "temperature": 0}
+    api, only, reader, response_id = stream_on_its_only_worker(cluster, workers, "queued-api", body)
     sigkill(only)
     # Lease (3 s) + a reconciliation round (1 s, on the API node): nothing generates it, and GET says so.
     waiting = wait_for_status(api.base_url, response_id, {"queued"}, timeout_s=30)
@@ -102,14 +112,9 @@ def test_a_background_response_whose_only_worker_died_reads_queued_until_a_worke
 def test_a_worker_frozen_past_its_lease_writes_nothing_after_its_job_was_claimed_again(
     cluster: Cluster, workers: list[ServerProcess]
 ) -> None:
-    api = cluster.api("frozen-api")
-    only = start_worker(cluster, workers, api)
-    reader = StreamReader(
-        "POST", f"{api.base_url}/v1/responses", {**BACKGROUND_STREAM, "max_output_tokens": 64, "temperature": 0}
-    )
-    assert reader.wait_for(lambda events: deltas(events) >= 3, timeout_s=90), reader.events
-    response_id = reader.response_id
-    assert response_id is not None and only.process is not None
+    body = {**BACKGROUND_STREAM, "max_output_tokens": 64, "temperature": 0}
+    api, only, reader, response_id = stream_on_its_only_worker(cluster, workers, "frozen-api", body)
+    assert only.process is not None
     # A VM stall: the lease (3 s) expires, the API node's reconciler releases the job and enqueues it again, and
     # the same process claims it when it wakes, beside its own run of it, which wakes too.
     only.process.send_signal(signal.SIGSTOP)
