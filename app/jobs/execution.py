@@ -325,7 +325,10 @@ class JobExecution:
                 await self._emit(self.assembler.text(output))
             else:
                 self._ended = True  # read once: a close that raises must not wait for it again
-                if not silent:
+                if self.lease is not None and self.lease.lapsed:
+                    # Its end is the reconciler's (or a takeover's) to write once the database is back.
+                    self._interrupted = Interrupted.LOST
+                elif not silent:
                     await self._close(output)
                 return
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,6 +60,10 @@ class JobLease:
         self.keep_job = keep_job
         #: Set by the claim: every later write is fenced by it (repository.Holder).
         self._claimed_by: Holder | None = None
+        #: When (time.monotonic) the lease last written runs out at the latest, by this process's clock.
+        self._runs_out_at = time.monotonic() + lease_s
+        #: The heartbeat could not renew the lease before it ran out: the job is no longer this run's to end.
+        self.lapsed = False
 
     @property
     def holder(self) -> Holder:
@@ -71,6 +76,7 @@ class JobLease:
     async def claim(self, session: AsyncSession, *, keeps_events: bool) -> Claim | None:
         """Take the job (queued, or in progress with an expired lease): None when it was cancelled, has ended, or
         another worker holds it."""
+        self._runs_out_at = time.monotonic() + self.lease_s  # read before the write: never later than its expiry
         row = await repository.claim(
             session,
             self.response_id,
@@ -121,12 +127,15 @@ class JobLease:
         return held
 
     async def heartbeat(self, database: Database, generation: GenerationRun, progress: ProgressLog | None) -> None:
-        """Renews the lease every third of it until cancelled; a failed renewal is retried next beat, never the end
-        of it. A lost lease or a stored cancel request stops the generation. `progress`: stored with each beat (a
+        """Renews the lease every third of it until cancelled; a failed renewal is retried next beat. A lost lease
+        or a stored cancel request stops the generation, and so does a lease that ran out before any renewal got
+        through (the database is away): the reconciler may give the job to another run from then on, so this one
+        stops, and `lapsed` tells it to store and send nothing more. `progress`: stored with each beat (a
         background job whose events are not kept stores it nowhere else, for a takeover)."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
             step = progress.unsaved() if progress is not None else None
+            started = time.monotonic()
             try:
                 async with database.transaction() as session:
                     cancel = await self.renew(session, step)
@@ -137,8 +146,18 @@ class JobLease:
                 generation.cancel()
                 return
             except Exception as error:
+                if time.monotonic() >= self._runs_out_at:
+                    logger.warning(
+                        "could not renew the lease of %s before it ran out (%s): stopping its generation",
+                        self.response_id,
+                        error,
+                    )
+                    self.lapsed = True
+                    generation.cancel()
+                    return
                 logger.warning("could not renew the lease of %s (%s); trying again", self.response_id, error)
                 continue
+            self._runs_out_at = started + self.lease_s
             if progress is not None:
                 progress.saved(step)
             if cancel:

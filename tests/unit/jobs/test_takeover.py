@@ -340,3 +340,51 @@ async def test_a_background_job_whose_final_write_meets_an_outage_is_taken_over_
     final = assert_well_formed_stream(parse_sse((await live).text))
     assert final["status"] == "completed" and (await row_of(app_runtime, response_id)).attempts == 2
     assert (await client.get(f"/v1/responses/{response_id}")).json() == final
+
+
+async def test_a_run_whose_lease_runs_out_while_the_database_is_away_stops_and_stores_nothing(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A foreground stream: its events are not stored, so the run would go on sending them to the end.
+    runner.delay_s, runner.reply = 0.02, [f"w{index}" for index in range(300)]
+    renew, finish_held = jobs.renew, jobs.finish_held
+    away = asyncio.Event()
+    writes_while_away: list[str] = []
+
+    def refused(what: str) -> OperationalError:
+        writes_while_away.append(what)
+        return OperationalError(what, {}, ConnectionRefusedError(111, "Connect call failed"))
+
+    async def renew_unless_away(session: AsyncSession, response_id: str, **kwargs: Any) -> tuple[bool, bool]:
+        if away.is_set():
+            raise refused("renew")
+        return await renew(session, response_id, **kwargs)
+
+    async def finish_unless_away(session: AsyncSession, response_id: str, **kwargs: Any) -> bool:
+        if away.is_set():
+            raise refused("finish")
+        return await finish_held(session, response_id, **kwargs)
+
+    monkeypatch.setattr(jobs, "renew", renew_unless_away)
+    monkeypatch.setattr(jobs, "finish_held", finish_unless_away)
+    live = asyncio.create_task(client.post("/v1/responses", json={"input": "hi", "stream": True}))
+    response_id = await started(runner)
+    run = runner.runs[response_id]
+    await until(lambda: run.produced >= 5)
+    away.set()
+    away_at = asyncio.get_running_loop().time()
+    executor = app_runtime.queue.executor  # type: ignore[attr-defined]
+    await until(lambda: response_id not in executor.running, timeout_s=10)
+    # Stopped once the lease (1 s) ran out, not at the end of its 300 words (6 s), and nothing tried to store
+    # its end: that is the reconciler's once the database is back.
+    assert run.cancelled and run.produced < 150
+    assert asyncio.get_running_loop().time() - away_at < 3
+    assert "finish" not in writes_while_away and writes_while_away
+    away.clear()
+    row = await row_of(app_runtime, response_id)
+    assert row.status == "in_progress"
+    await asyncio.sleep(1.2)
+    assert (await reconciler(app_runtime).run_round()).ended == 1
+    final = assert_well_formed_stream(parse_sse((await live).text))
+    assert final["status"] == "failed"
+    assert (await client.get(f"/v1/responses/{response_id}")).json() == final
