@@ -57,8 +57,9 @@ CASES = {
     "a free string": Case(
         schema({"poem": {"type": "string"}}),
         "Write a short poem, as JSON.",
-        ('{"poem": "Roses are red,', '{"poem": "The sea is wide,'),
-        4,
+        # Starts at the end of a line: some samples close the poem there (about 1 in 7), the others go on.
+        ('{"poem": "Roses are red, violets are blue', '{"poem": "The sea is wide, the sky is blue'),
+        6,
     ),
     "a bounded string": Case(
         schema({"name": {"type": "string", "maxLength": 10}}),
@@ -93,8 +94,8 @@ CASES = {
     "any JSON object": Case(
         {"type": "json_object"},
         "Describe the weather today in JSON.",
-        ('{"weather": "Sunny.', '{"note": "'),
-        4,
+        ('{"weather": "Sunny', '{"weather": "Rain'),
+        6,
     ),
 }
 
@@ -189,6 +190,7 @@ def test_sampled_structured_output_is_strict_json_that_matches_its_schema(engine
         except (json.JSONDecodeError, jsonschema.ValidationError) as error:
             wrong.append((sample.case, sample.temperature, sample.text, str(error).splitlines()[0]))
     assert wrong == []
-    # Enough of them ended on their own for the check above to mean something, in every case.
+    # Enough of them ended on their own for the check above to mean something, in every case (the rarest, the
+    # free string and any JSON object, end about 11 times in their 74 samples: none would be a 1-in-10^5 draw).
     finished = {name: sum(sample.case == name for sample in completed) for name in CASES}
     assert len(completed) >= 100 and all(finished.values()), finished
