@@ -67,6 +67,16 @@ class RateLimited(ApiError):
     error_type = "requests"
 
 
+class ClientGone(ApiError):
+    """499 (nginx's "client closed request"): the client disconnected before its answer was ready. Nobody reads
+    it; the access log and the metrics do."""
+
+    status_code = 499
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection before the response was ready.", code="client_closed")
+
+
 class ServerError(ApiError):
     """500: our own fault, said in a sentence (never for bad input); also where a handler cannot reach the HTTP
     error handlers, as in WebSocket mode."""

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.websockets import WebSocketDisconnect
 
 from app.api.deps import IncludesDep, RuntimeDep, TenantDep
+from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
@@ -73,7 +74,7 @@ DENIAL_EXTENSION = "websocket.http.response"
 @router.post("/responses/compact", openapi_extra=json_body(CompactRequest), responses=errors(500))
 async def compact_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> CompactedResponse:
     body = parse_body(await request.body(), CompactRequest, runtime.settings, known=KNOWN_COMPACT_FIELDS)
-    return await compact(runtime, body, tenant)
+    return await unless_client_leaves(request, compact(runtime, body, tenant))
 
 
 # The body: create's fields that shape the prompt, none required. 404: the conversation it names.
@@ -139,7 +140,7 @@ async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantD
     headers = {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
     if prepared.stream:
         return EventStreamResponse(await submission.open_stream(runtime, prepared, tenant), headers=headers)
-    response = await submission.create_response(runtime, prepared, tenant)
+    response = await unless_client_leaves(request, submission.create_response(runtime, prepared, tenant))
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
 
 

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import anyio
+
 from app.errors import ServerError, ServiceUnavailable
 from app.events.terminal import is_terminal
 from app.generation.job import GenerationJob
@@ -40,7 +42,9 @@ async def start_and_follow(
         await require_worker(runtime, job.model)
     subscription = await runtime.queue.bus.subscribe(job.response_id)
     try:
-        await start()
+        # Stored and enqueued whole, even if its client leaves meanwhile (its relay then stops the job).
+        with anyio.CancelScope(shield=True):
+            await start()
     except BaseException:
         await subscription.close()
         raise
