@@ -37,13 +37,14 @@ def _serve(args: argparse.Namespace) -> int:
     from uvicorn.config import LOGGING_CONFIG
 
     from app.main import create_app
-    from app.observability.logs import configure_logging
+    from app.observability.logs import configure_logging, with_query_values_dropped
 
     settings = Settings()
     if (problem := _preflight(settings)) is not None:
         return _fail(problem)
     # Text: uvicorn's own log config, as ever. JSON: ours, for every logger, uvicorn's access log included.
-    log_config: dict[str, Any] | None = LOGGING_CONFIG
+    # Either way, access lines drop query values (metadata filter values).
+    log_config: dict[str, Any] | None = with_query_values_dropped(LOGGING_CONFIG)
     if settings.log_format == "json":
         configure_logging("json", args.log_level)
         log_config = None

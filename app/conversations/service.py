@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,16 +14,17 @@ from app.db.base import utc_now
 from app.db.models import ConversationRow
 from app.db.session import Database
 from app.errors import NotFound
+from app.generation.prompt import Turn
 from app.ids import new_id
 from app.items import repository as items
 from app.items.compaction import check_compactions
 from app.items.includes import with_includes
-from app.items.normalization import normalize_input
+from app.items.normalization import check_call_outputs, normalize_input
 from app.items.paging import stored_item_page
 from app.items.references import resolve_references
 from app.items.repository import CONVERSATION_ITEMS
 from app.runtime import Runtime
-from app.schemas.items import STORED_ITEM, InputItem, Item
+from app.schemas.items import CALL_OUTPUT_TYPES, STORED_ITEM, InputItem, Item
 from app.schemas.paging import PageRequest, cursor_page
 
 
@@ -34,10 +36,15 @@ def item_not_found(item_id: str) -> NotFound:
     return NotFound(f"Item with id '{item_id}' not found.", param="item_id")
 
 
-async def _stored_items(runtime: Runtime, entries: list[InputItem], tenant: str) -> list[dict[str, Any]]:
-    """Input items as a conversation keeps them: normalised, references resolved, compactions verified."""
-    items = normalize_input(entries)
+async def _stored_items(
+    runtime: Runtime, entries: list[InputItem], tenant: str, history: Sequence[Turn] = ()
+) -> list[dict[str, Any]]:
+    """Input items as a conversation keeps them, checked as a create's input is (errors name `items[i]`):
+    normalised, references resolved, each tool call output answering a call (in `history`, the conversation's
+    items, or among them), compactions verified."""
+    items = normalize_input(entries, param="items")
     await resolve_references(runtime.database, items, tenant, param="items")
+    check_call_outputs(history, items, param="items")
     check_compactions(runtime.sealer, tenant, items, "items")
     return items
 
@@ -90,9 +97,13 @@ async def add_items(
     includes: frozenset[str] = frozenset(),
 ) -> ConversationItemList:
     """Append items by hand; they are in the context of the next response on the conversation."""
+    # A reference may name an output too.
+    answers_calls = any(entry.type in CALL_OUTPUT_TYPES or entry.type == "item_reference" for entry in entries)
     async with runtime.database.read() as session:
         await _owned(session, conversation_id, tenant)
-    stored = await _stored_items(runtime, entries, tenant)
+        # The calls that outputs may answer are the conversation's: read only when an output needs them.
+        history = [Turn(await repository.all_items(session, conversation_id), [])] if answers_calls else []
+    stored = await _stored_items(runtime, entries, tenant, history)
     async with runtime.database.transaction() as session:
         if not await repository.append_items(session, conversation_id, stored):
             raise conversation_not_found(conversation_id)

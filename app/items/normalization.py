@@ -1,12 +1,16 @@
-"""A request's input -> the items we store: each with an id, content parts normalised, unsupported ones refused."""
+"""A request's input (a create's `input`, a conversation's `items`) -> the items we store: each with an id, content
+parts normalised, unsupported ones refused, and every tool call output answering a call in its context."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.errors import InvalidRequest
+from app.generation.prompt import Turn, call_ids
 from app.ids import new_id
 from app.schemas.items import (
+    CALL_OUTPUT_TYPES,
     CompactionItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -59,8 +63,9 @@ def _message_parts(message: InputMessage, param: str) -> list[InputText | Output
     return parts
 
 
-def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
-    """The request's input as stored items, each with an id, in order.
+def normalize_input(request_input: str | list[Any], param: str = "input") -> list[dict[str, Any]]:
+    """The request's input as stored items, each with an id, in order; errors name `param[i]`, the field it came
+    in (`input` of a create, `items` of a conversation).
 
     An item_reference stays `{type: "item_reference", id}` here; references.py resolves it.
     """
@@ -68,11 +73,11 @@ def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
         request_input = [InputMessage(role="user", content=request_input)]
     items: list[dict[str, Any]] = []
     for index, entry in enumerate(request_input):
-        param = f"input[{index}]"
+        where = f"{param}[{index}]"
         if isinstance(entry, UnsupportedItem):
             raise InvalidRequest(
                 f"Input items of type '{entry.type}' are not supported by this server yet.",
-                param=f"{param}.type",
+                param=f"{where}.type",
                 code="unsupported_item_type",
             )
         if isinstance(entry, ItemReference):
@@ -97,9 +102,22 @@ def normalize_input(request_input: str | list[Any]) -> list[dict[str, Any]]:
             item = MessageItem(
                 id=entry.id or new_id("msg"),
                 role=entry.role,
-                content=_message_parts(entry, param),
+                content=_message_parts(entry, where),
                 status=entry.status or "completed",
             )
         exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction)
         items.append(item.model_dump(mode="json", exclude_none=exclude_none))
     return items
+
+
+def check_call_outputs(history: Sequence[Turn], items: Sequence[dict[str, Any]], param: str = "input") -> None:
+    """Every function_call_output (or custom one) among `items` (a request's own, at `param[i]`) must answer a
+    call in its context: `history` (a chain's turns, a conversation's items) or `items` themselves."""
+    known = call_ids(history, items)
+    for index, item in enumerate(items):
+        if item["type"] in CALL_OUTPUT_TYPES and item["call_id"] not in known:
+            raise InvalidRequest(
+                f"No tool call found for {item['type']} with call_id {item['call_id']}.",
+                param=f"{param}[{index}].call_id",
+                code="invalid_value",
+            )

@@ -1,6 +1,7 @@
 """Structured logs: with RESPONSES_LOG_FORMAT=json, one JSON object a line, each carrying the ids of the work it
 belongs to (request, response, tenant, model), taken from context variables that the request middleware, the
-submission and the job execution bind. The tenant is the tenant label (a hash of the key), never the key."""
+submission and the job execution bind. The tenant is the tenant label (a hash of the key), never the key, and an
+access line's query keeps its parameters' names but not their values (metadata filter values)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +27,9 @@ _REQUEST_SCOPE: ContextVar[Mapping[str, Any] | None] = ContextVar("llama_respons
 PATH_FIELDS = ("response_id",)
 #: uvicorn's access log passes these as its record's args.
 _ACCESS_ARGS = ("client", "method", "path", "http_version", "status")
+ACCESS_LOGGER = "uvicorn.access"
+#: What an access line shows in place of each query value.
+DROPPED_VALUE = "…"
 
 
 def bind(**fields: str | None) -> None:
@@ -83,6 +88,43 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def without_query_values(path: str) -> str:
+    """`path?name=value&...` with every value dropped (`?metadata[user]=…`): which parameters a request used, not
+    what it filtered on. Names stay percent-encoded but for brackets, so a line cannot be broken by one."""
+    base, separator, query = path.partition("?")
+    if not separator:
+        return path
+    names = (pair.partition("=")[0] for pair in query.split("&") if pair)
+    return (
+        base
+        + "?"
+        + "&".join(f"{urllib.parse.quote(urllib.parse.unquote(name), safe='[]')}={DROPPED_VALUE}" for name in names)
+    )
+
+
+class DropQueryValues(logging.Filter):
+    """On uvicorn's access logger: the path it logs loses its query values, whichever formatter writes the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) == len(_ACCESS_ARGS):
+            client, method, path, version, status = record.args
+            record.args = (client, method, without_query_values(str(path)), version, status)
+        return True
+
+
+_DROP_QUERY_VALUES = DropQueryValues()
+
+
+def with_query_values_dropped(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a logging dictConfig (uvicorn's own, for text logs) whose access logger drops query values."""
+    loggers = dict(config.get("loggers", {}))
+    access = dict(loggers.get(ACCESS_LOGGER, {}))
+    access["filters"] = [*access.get("filters", []), "drop_query_values"]
+    loggers[ACCESS_LOGGER] = access
+    filters = {**config.get("filters", {}), "drop_query_values": {"()": DropQueryValues}}
+    return {**config, "filters": filters, "loggers": loggers}
+
+
 def configure_logging(log_format: LogFormat, level: str = "info") -> None:
     """The root logger's one handler (stderr); uvicorn's loggers propagate to it when uvicorn is given no config."""
     handler = logging.StreamHandler(sys.stderr)
@@ -93,6 +135,7 @@ def configure_logging(log_format: LogFormat, level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in ("uvicorn", "uvicorn.error", ACCESS_LOGGER):
         logging.getLogger(name).handlers = []
         logging.getLogger(name).propagate = True
+    logging.getLogger(ACCESS_LOGGER).addFilter(_DROP_QUERY_VALUES)

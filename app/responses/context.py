@@ -18,19 +18,18 @@ from app.conversations.turns import ConversationTurn, load_conversation
 from app.errors import InvalidRequest, ServiceUnavailable
 from app.events.terminal import TERMINAL_STATUSES
 from app.generation import prompt
-from app.generation.prompt import ChatMessage, Turn, call_ids
+from app.generation.prompt import ChatMessage, Turn
 from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.tool_calls import FunctionSpec, template_tool
 from app.generation.types import ContextTooLong, ModelLoadError, PromptRenderer
 from app.items.compaction import open_compactions, open_history
-from app.items.normalization import normalize_input
+from app.items.normalization import check_call_outputs, normalize_input
 from app.items.references import resolve_references
 from app.observability import tracing
 from app.responses import repository
 from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, resolve_tools
 from app.runtime import Runtime
-from app.schemas.items import CALL_OUTPUT_TYPES
 
 #: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
 #: count): such renders run a few at a time (Runtime.heavy_renders).
@@ -94,18 +93,6 @@ async def load_history(session: AsyncSession, previous_id: str, tenant: str) -> 
         )
     items = await repository.get_input_items(session, [row.id for row in chain])
     return [Turn(input_items=items[row.id], output_items=row.output) for row in chain], chain[0].id
-
-
-def check_call_outputs(history: list[Turn], items: list[dict[str, Any]]) -> None:
-    """Every function_call_output (or custom one) must answer a call somewhere in the context."""
-    known = call_ids(history, items)
-    for index, item in enumerate(items):
-        if item["type"] in CALL_OUTPUT_TYPES and item["call_id"] not in known:
-            raise InvalidRequest(
-                f"No tool call found for {item['type']} with call_id {item['call_id']}.",
-                param=f"input[{index}].call_id",
-                code="invalid_value",
-            )
 
 
 @dataclass(frozen=True, slots=True)

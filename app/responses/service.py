@@ -1,7 +1,7 @@
 """A create, step by step: the request checked as a whole, its context built and rendered (compacted first when it
 passes its `context_management` threshold: the only step that may generate before the create is stored), then
-prepared, stored and run. Input token counts take the same steps up to the prompt, so that they count exactly
-what a create with the same body would read."""
+prepared, stored and run. Input token counts take the same steps up to the stored row, so that they count exactly
+what a create with the same body would read and refuse what it refuses."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ async def prepare(
 
 
 async def count_input_tokens(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> InputTokenCount:
-    """Exactly the `usage.input_tokens` of a create with the same body: the same context, rendered the same way."""
-    rendered = await render_context(request, tenant, runtime)
-    return InputTokenCount(input_tokens=len(rendered.prompt))
+    """Exactly the `usage.input_tokens` of a create with the same body, prepared as that create is (so every 400
+    it answers, its output grammar's included, is answered here too); nothing is stored or generated."""
+    prepared = await prepare(request, tenant, runtime)
+    return InputTokenCount(input_tokens=len(prepared.job.prompt_tokens))

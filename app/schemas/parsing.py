@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Collection
 from typing import Any, TypeVar
 
@@ -37,6 +38,13 @@ def parse_json_object(body: bytes | str, settings: Settings) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidRequest(
             "We could not parse the JSON body of your request. The body must be a valid JSON object.",
+            code="invalid_json",
+        ) from None
+    except ValueError:
+        # An integer of more digits than the interpreter converts from text (sys.get_int_max_str_digits()).
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: it holds an integer of more than "
+            f"{sys.get_int_max_str_digits()} digits.",
             code="invalid_json",
         ) from None
     except RecursionError:  # nested deeper than the interpreter's own limit

@@ -32,12 +32,13 @@ HOSTILE_VALUES: list[Any] = [
 HOSTILE_PATH_TEXT = ["a\x00b", "x" * 65, "é", str(2**31), str(2**63), "-1"]
 #: Text in a query parameter: the same, or empty.
 HOSTILE_QUERY_TEXT = [*HOSTILE_PATH_TEXT, ""]
-#: Whole bodies no schema describes: nesting past any recursion limit, invalid UTF-8, and JSON that is not an
-#: object.
+#: Whole bodies no schema describes: nesting past any recursion limit, invalid UTF-8, an integer past the
+#: interpreter's 4300 digits, and JSON that is not an object.
 HOSTILE_BODIES = [
     '{"input": ' + "[" * 50_000 + "]" * 50_000 + "}",
     b'{"input": "\xff\xfe"}',
     '{"input": "hi", "metadata": {"k": "\\ud800"}}',
+    '{"input": "hi", "n": ' + "9" * 5000 + "}",
     "[]",
     "null",
 ]

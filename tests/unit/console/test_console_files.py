@@ -38,3 +38,27 @@ def test_nothing_is_loaded_from_another_host() -> None:
         assert "import(" not in text and "@import" not in text, path.name
         # Stored text is set as text, never parsed as HTML.
         assert "innerHTML" not in text and "insertAdjacentHTML" not in text, path.name
+
+
+async def test_every_console_reply_carries_the_security_headers(client: httpx.AsyncClient) -> None:
+    for path in ("/console", "/console/", "/console/index.html", "/console/console.js", "/console/console.css"):
+        headers = (await client.get(path)).headers
+        policy = {
+            directive.split(" ", 1)[0]: directive.split(" ", 1)[1]
+            for directive in (part.strip() for part in headers["content-security-policy"].split(";"))
+        }
+        assert policy["default-src"] == "'self'" and policy["frame-ancestors"] == "'none'", path
+        assert policy["object-src"] == policy["base-uri"] == "'none'", path
+        assert not any("unsafe" in sources or "*" in sources for sources in policy.values()), path
+        assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff", path
+    # The API's own replies are JSON, not pages: they are left as they were.
+    assert "content-security-policy" not in (await client.get("/v1/models")).headers
+
+
+def test_the_pages_need_nothing_the_policy_refuses() -> None:
+    """No inline script, style or event handler attribute, no eval: the policy allows none of them."""
+    page = (CONSOLE_DIR / "index.html").read_text()
+    assert all("src=" in tag for tag in re.findall(r"<script[^>]*>", page)), "an inline script"
+    assert not re.search(r"<style|\sstyle=|\son[a-z]+=", page), "inline style or handler"
+    script = (CONSOLE_DIR / "console.js").read_text()
+    assert not re.search(r"\beval\(|new Function\(|setTimeout\(\s*[\"'`]|\.style\b|\"style\"", script)

@@ -17,7 +17,7 @@ from app.jobs.recovery import end_response
 from app.runtime import Runtime
 from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from app.testing.sse import parse_sse
-from tests.protocol import assert_well_formed_stream
+from tests.protocol import assert_error, assert_well_formed_stream
 from tests.unit.responses.test_background import poll_until_done
 
 CONVERSATION_ITEM = TypeAdapter(ConversationItem)
@@ -324,3 +324,53 @@ async def test_another_tenants_conversation_is_not_found(
     stolen = await beta.post("/v1/responses", json={"input": [{"type": "item_reference", "id": item_id}]})
     assert stolen.status_code == 400 and stolen.json()["error"]["param"] == "input[0].id"
     assert texts(await items_of(alpha, mine["id"])) == ["secret"]
+
+
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+ANSWER = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+ORPHAN = {"type": "function_call_output", "call_id": "call_nope", "output": "x"}
+
+
+@pytest.mark.parametrize(
+    ("item", "param", "code"),
+    [
+        ({"type": "web_search_call", "id": "ws_1"}, "items[1].type", "unsupported_item_type"),
+        ({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}, "items[1].content[0].type", None),
+        ({"role": "user", "content": [{"type": "output_text", "text": "x"}]}, "items[1].content[0].type", None),
+        (ORPHAN, "items[1].call_id", "invalid_value"),
+    ],
+)
+async def test_items_are_checked_as_input_is_and_errors_name_items(
+    client: httpx.AsyncClient, item: dict, param: str, code: str | None
+) -> None:
+    # The same two items as a create's input: the same 400, naming input[1] there.
+    as_input = await client.post("/v1/responses", json={"input": [user("hi"), item]})
+    assert_error(as_input, 400, param="input" + param.removeprefix("items"), code=code)
+    assert_error(
+        await client.post("/v1/conversations", json={"items": [user("hi"), item]}), 400, param=param, code=code
+    )
+    made = await create(client, items=[user("before")])
+    reply = await client.post(f"/v1/conversations/{made['id']}/items", json={"items": [user("hi"), item]})
+    assert_error(reply, 400, param=param, code=code)
+    assert texts(await items_of(client, made["id"])) == ["before"], "a refused append added items"
+
+
+async def test_a_call_output_answers_a_call_of_its_items_or_of_the_conversation(client: httpx.AsyncClient) -> None:
+    made = await create(client, items=[user("weather?"), CALL, ANSWER])
+    assert [item["type"] for item in await items_of(client, made["id"])] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    asked = await create(client, items=[user("weather?"), CALL])
+    answered = await client.post(f"/v1/conversations/{asked['id']}/items", json={"items": [ANSWER]})
+    assert answered.status_code == 200, answered.text
+    orphan = await client.post(f"/v1/conversations/{asked['id']}/items", json={"items": [ORPHAN]})
+    assert_error(orphan, 400, param="items[0].call_id", code="invalid_value")
+    # A reference to a stored output is checked too: its call is not in this conversation.
+    output_id = (await items_of(client, asked["id"]))[-1]["id"]
+    elsewhere = await create(client, items=[user("other")])
+    reply = await client.post(
+        f"/v1/conversations/{elsewhere['id']}/items", json={"items": [{"type": "item_reference", "id": output_id}]}
+    )
+    assert_error(reply, 400, param="items[0].call_id", code="invalid_value")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -366,3 +367,83 @@ async def test_a_runner_reports_its_sequences_and_zeroes_them_when_its_model_is_
     assert gauge("prefix_cache_bytes") == 4096
     await runner.close()
     assert (gauge("active_sequences"), gauge("free_sequences"), gauge("prefix_cache_bytes")) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("path", "logged"),
+    [
+        ("/v1/responses", "/v1/responses"),
+        ("/v1/responses?metadata%5Buser%5D=alice%40example.com&limit=5", "/v1/responses?metadata[user]=…&limit=…"),
+        ("/v1/responses?metadata[a b]=x&flag&&after=resp_1", "/v1/responses?metadata[a%20b]=…&flag=…&after=…"),
+        ("/v1/x?%0d%0aforged=1", "/v1/x?%0D%0Aforged=…"),
+    ],
+)
+def test_access_paths_keep_query_names_not_values(path: str, logged: str) -> None:
+    assert logs.without_query_values(path) == logged
+
+
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture
+def logging_as_serve_leaves_it() -> Iterator[None]:
+    """Logging configured as `serve` does for one test, then put back as the rest of the suite expects it."""
+    root = logging.getLogger()
+    saved = [(root, root.handlers[:], root.level, root.filters[:], root.propagate)]
+    for name in UVICORN_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.level, logger.filters[:], logger.propagate))
+    yield
+    for logger, handlers, level, filters, propagate in saved:
+        logger.handlers, logger.filters, logger.propagate = handlers, filters, propagate
+        logger.setLevel(level)
+
+
+def log_access_as_uvicorn_does(query: bytes) -> None:
+    """uvicorn's own access call (protocols/http/h11_impl.py), with the path as uvicorn builds it."""
+    from uvicorn.protocols.utils import get_path_with_query_string
+
+    scope: Any = {"path": "/v1/responses", "query_string": query}
+    path = get_path_with_query_string(scope)
+    logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "1.2.3.4:5", "GET", path, "1.1", 200)
+
+
+QUERY = b"metadata%5Buser%5D=alice%40example.com&status=completed"
+
+
+@pytest.mark.usefixtures("logging_as_serve_leaves_it")
+def test_text_access_lines_drop_query_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging.config
+
+    import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+
+    from app import cli
+
+    # The log config `serve` hands uvicorn (which applies it with dictConfig), the server itself not started.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RESPONSES_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'serve.db'}")
+    monkeypatch.delenv("RESPONSES_LOG_FORMAT", raising=False)
+    monkeypatch.setattr(cli, "_preflight", lambda settings: None)
+    handed: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: handed.update(options))
+    assert cli.main(["serve"]) == 0
+    logging.config.dictConfig(handed["log_config"])
+    log_access_as_uvicorn_does(QUERY)
+    line = capsys.readouterr().out
+    assert '"GET /v1/responses?metadata[user]=…&status=… HTTP/1.1" 200' in line, line
+    assert "alice" not in line and "completed" not in line
+    assert "filters" not in LOGGING_CONFIG["loggers"]["uvicorn.access"], "uvicorn's own config was changed"
+
+
+@pytest.mark.usefixtures("logging_as_serve_leaves_it")
+def test_json_access_lines_drop_query_values(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure_logging("json")
+    logs.configure_logging("json")  # configured twice, the filter is there once
+    assert len(logging.getLogger("uvicorn.access").filters) == 1
+    log_access_as_uvicorn_does(QUERY)
+    entry = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert entry["path"] == "/v1/responses?metadata[user]=…&status=…", entry
+    assert "alice" not in json.dumps(entry)

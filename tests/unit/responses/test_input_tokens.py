@@ -109,3 +109,32 @@ async def test_counting_a_chain_needs_its_owner(client: httpx.AsyncClient) -> No
     other = await client.post("/v1/responses/input_tokens", json=body, headers={"authorization": "Bearer k2"})
     assert_error(other, 400, param="previous_response_id", code="previous_response_not_found")
     assert (await client.post("/v1/responses/input_tokens", json=body)).status_code == 401
+
+
+def schema_format(schema: dict) -> dict:
+    return {"format": {"type": "json_schema", "name": "t", "schema": schema}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "x", "text": schema_format({"type": 5})},
+        {"input": "x", "text": schema_format({"type": "string", "maxLength": 1_000_000})},
+        {"input": "x", "text": schema_format({"type": "array", "items": {"type": "string", "pattern": "a{0,99999}"}})},
+    ],
+)
+async def test_an_output_format_create_refuses_is_the_same_400_here(
+    client: httpx.AsyncClient, runner: FakeRunner, body: dict
+) -> None:
+    created = await client.post("/v1/responses", json=body)
+    assert_error(created, 400, param="text.format.schema")
+    counted = await client.post("/v1/responses/input_tokens", json=body)
+    assert counted.status_code == 400 and counted.json() == created.json()
+    assert not runner.jobs
+
+
+async def test_a_grammar_llama_cpp_refuses_is_a_400_here_too(client: httpx.AsyncClient, renderer: FakeRenderer) -> None:
+    renderer.grammars_build = False
+    body = {"input": "x", "text": schema_format({"type": "string"})}
+    reply = await client.post("/v1/responses/input_tokens", json=body)
+    assert_error(reply, 400, param="text.format.schema", code="invalid_json_schema")
