@@ -141,6 +141,20 @@ async def claim(
     return int(getattr(await session.execute(query), "rowcount", 0)) == 1
 
 
+async def release_unstored_claims(session: AsyncSession) -> int:
+    """End every claim held by a response that has no row (store: false), whatever its age; how many. Only for
+    an embedded start-up: no response of the previous process is running any more. (Claims of stored responses
+    end with their response, which reconciliation ends.)"""
+    holder_row = select(ResponseRow.id).where(ResponseRow.id == ConversationRow.active_response_id)
+    query = (
+        update(ConversationRow)
+        .where(ConversationRow.active_response_id.is_not(None), ~exists(holder_row))
+        .values(active_response_id=None, locked_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(await session.execute(query), "rowcount", 0))
+
+
 async def release(session: AsyncSession, conversation_id: str, response_id: str) -> None:
     await session.execute(
         update(ConversationRow)

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.config import Settings
+from app.conversations import repository as conversations
 from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.db.session import Database
@@ -232,6 +233,11 @@ class Reconciler:
 async def release_unfinished_responses(database: Database) -> int:
     """Embedded mode at start-up: the generations a previous run left in progress are lost with it; their leases
     end now, for reconciliation to take each over (a background job with tries left) or end it as it ends any
-    lost run (the output so far kept, a terminal event stored, the job dropped). How many there were."""
+    lost run (the output so far kept, a terminal event stored, the job dropped), and the conversations that its
+    `store: false` turns held are free at once (not after their claims' lease). How many leases there were."""
     async with database.transaction() as session:
-        return await jobs.expire_leases(session)
+        leases = await jobs.expire_leases(session)
+        claims = await conversations.release_unstored_claims(session)
+    if claims:
+        logger.warning("freed %d conversations that unstored responses of a previous run held", claims)
+    return leases

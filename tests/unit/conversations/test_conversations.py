@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from app.conversations import turns
 from app.jobs import repository as jobs
-from app.jobs.recovery import end_response
+from app.jobs.recovery import end_response, release_unfinished_responses
 from app.runtime import Runtime
 from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from app.testing.sse import parse_sse
@@ -290,6 +290,33 @@ async def test_an_unstored_claim_ends_after_its_lease(
     runner.cancel(runner.jobs[0].response_id)
     assert (await hung).json()["status"] == "cancelled"
     assert texts(await items_of(client, made["id"])) == ["y", " ".join(FAKE_REPLY)], "the cancelled one adds nothing"
+
+
+async def test_an_embedded_start_frees_the_conversations_of_the_unstored_turns_it_lost(
+    client: httpx.AsyncClient, runner: FakeRunner, app_runtime: Runtime
+) -> None:
+    unstored, stored = await create(client), await create(client)
+    runner.delay_s, runner.reply = 0.05, ["w"] * 1000
+    # Two turns that never finish, as if the process running them had been killed: one store: false, one stored.
+    hung = [
+        asyncio.create_task(
+            client.post("/v1/responses", json={"input": "x", "conversation": unstored["id"], "store": False})
+        ),
+        asyncio.create_task(client.post("/v1/responses", json={"input": "x", "conversation": stored["id"]})),
+    ]
+    while len(runner.jobs) < 2:
+        await asyncio.sleep(0.01)
+    runner.delay_s, runner.reply = 0, list(FAKE_REPLY)
+    # What an embedded start does before its first request (no turn of the previous process runs any more).
+    await release_unfinished_responses(app_runtime.database)
+    freed = await client.post("/v1/responses", json={"input": "y", "conversation": unstored["id"]})
+    assert freed.status_code == 200, freed.text  # at once, not after the unstored claim's 10-minute lease
+    # A stored turn's claim ends with its response, which the start's reconciliation round ends.
+    locked = await client.post("/v1/responses", json={"input": "y", "conversation": stored["id"]})
+    assert locked.status_code == 400 and locked.json()["error"]["code"] == "conversation_locked"
+    for job in runner.jobs[:2]:
+        runner.cancel(job.response_id)
+    await asyncio.gather(*hung)
 
 
 async def test_conversation_errors(client: httpx.AsyncClient) -> None:
