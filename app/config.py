@@ -188,6 +188,19 @@ class Settings(BaseSettings):
         description="Largest request body (and WebSocket message) in bytes; larger ones are refused with a 413 "
         "before they are read in full.",
     )
+    websocket_max_queued: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="response.create messages one WebSocket connection may have waiting behind the one running; "
+        "beyond it the server stops reading the connection until one starts (backpressure).",
+    )
+    websocket_idle_timeout_s: float = Field(
+        600,
+        gt=0,
+        description="A WebSocket connection with nothing running, nothing waiting and no message for this long is "
+        "closed (code 1000), freeing the tenant's in-flight slot it holds.",
+    )
     max_json_depth: int = Field(
         64, ge=8, le=500, description="Deepest nesting of objects and arrays a request body may have (a 400 beyond)."
     )

@@ -35,7 +35,7 @@ from app.responses.schemas import (
     ResponseFilters,
     ResponseList,
 )
-from app.responses.socket_session import EventRefused, ResponsesSocketSession, SocketCreate
+from app.responses.socket_session import EventRefused, IdleClock, ResponsesSocketSession, SocketCreate
 from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
@@ -67,6 +67,7 @@ METADATA_QUERY = {
 }
 #: Close code for a refused upgrade where the server cannot answer it with an HTTP status (policy violation).
 POLICY_VIOLATION = 1008
+NORMAL_CLOSURE = 1000
 DENIAL_EXTENSION = "websocket.http.response"
 
 
@@ -216,10 +217,13 @@ async def responses_socket(websocket: WebSocket) -> None:
 
 async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
+    settings = runtime.settings
     session = ResponsesSocketSession(runtime, tenant)
-    creates: asyncio.Queue[SocketCreate] = asyncio.Queue()
+    # Bounded: once full, the reader waits for room and the client's sends wait on TCP (backpressure).
+    creates: asyncio.Queue[SocketCreate] = asyncio.Queue(maxsize=settings.websocket_max_queued)
     # The reader answers refused events while a response's events go out: one frame at a time.
     sending = anyio.Lock()
+    idle = IdleClock(settings.websocket_idle_timeout_s)
 
     async def send(event: dict[str, Any]) -> bool:
         """Send one event; False when the client has gone (Starlette raises RuntimeError once it saw the close)."""
@@ -233,15 +237,22 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     async def read(cancel: anyio.CancelScope) -> None:
         # Each message is checked as it comes: one the server does not take is answered at once, even while a
         # response runs; a create waits for the ones before it. A client that goes away cancels the one
-        # running, whose relay then cancels its generation.
+        # running, whose relay then cancels its generation. One that sits idle is closed.
         try:
             while True:
-                message = await websocket.receive()
+                with anyio.move_on_after(idle.left(waiting=not creates.empty())) as wait:
+                    message = await websocket.receive()
+                if wait.cancelled_caught:
+                    if idle.expired(waiting=not creates.empty()):
+                        await websocket.close(code=NORMAL_CLOSURE, reason=f"idle for {idle.timeout_s:g} s")
+                        break
+                    continue
+                idle.touch()
                 if message["type"] == "websocket.disconnect":
                     break
                 data = message.get("text")
                 try:
-                    creates.put_nowait(session.admit(data if data is not None else message.get("bytes") or b""))
+                    await creates.put(session.admit(data if data is not None else message.get("bytes") or b""))
                 except EventRefused as refused:
                     if not await send(refused.event):
                         break
@@ -253,8 +264,9 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
         group.start_soon(read, group.cancel_scope)
         while True:
             create = await creates.get()
-            async with aclosing(session.run(create)) as events:
-                async for event in events:
-                    if not await send(event):
-                        group.cancel_scope.cancel()
-                        return
+            with idle.busy():
+                async with aclosing(session.run(create)) as events:
+                    async for event in events:
+                        if not await send(event):
+                            group.cancel_scope.cancel()
+                            return

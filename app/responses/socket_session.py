@@ -8,9 +8,12 @@ response runs, with an `error` that names the event it answers; a `response.crea
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from app.errors import ApiError, InvalidRequest, ServerError, outage_error
 from app.events.terminal import is_terminal
@@ -116,6 +119,38 @@ def _socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any
     if stream_id is not None:
         event = {**event, "stream_id": stream_id}
     return event
+
+
+class IdleClock:
+    """How long a connection has had nothing to do: no message heard, no response running or waiting. An idle
+    connection still holds one of its tenant's in-flight slots, so it is closed after `timeout_s`."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._since = anyio.current_time()
+        self._running = 0
+
+    def touch(self) -> None:
+        self._since = anyio.current_time()
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        """A response runs: not idle, and its end starts the count again."""
+        self._running += 1
+        try:
+            yield
+        finally:
+            self._running -= 1
+            self.touch()
+
+    def left(self, *, waiting: bool) -> float:
+        """How long to wait for a message before asking again (a whole timeout while there is work)."""
+        if self._running or waiting:
+            return self.timeout_s
+        return max(self._since + self.timeout_s - anyio.current_time(), 0.0)
+
+    def expired(self, *, waiting: bool) -> bool:
+        return not self._running and not waiting and anyio.current_time() - self._since >= self.timeout_s
 
 
 class ResponsesSocketSession:

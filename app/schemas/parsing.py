@@ -31,7 +31,9 @@ def request_too_large(limit: int) -> RequestTooLarge:
 def parse_json_object(body: bytes | str, settings: Settings) -> dict[str, Any]:
     """The body as a JSON object, or a 400: within the size and nesting limits, and only text that every
     database can store (the one place where request text is checked, before anything is stored)."""
-    if len(body) > settings.max_request_bytes:
+    # In bytes, as HTTP counts a body: a WebSocket text message comes as characters (up to 4 bytes each).
+    size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
+    if size > settings.max_request_bytes:
         raise request_too_large(settings.max_request_bytes)
     try:
         payload = json.loads(body)

@@ -321,3 +321,48 @@ def test_an_outage_is_the_same_503_as_http_and_the_socket_stays_usable(
             SOCKET_EVENT.validate_python(error)
             # The connection outlives the outage.
             assert well_formed(create(socket, input="after"))["status"] == "completed"
+
+
+@pytest.mark.settings(max_request_bytes=4096)
+def test_the_message_size_limit_counts_utf8_bytes_as_http_does(setup: Setup) -> None:
+    emoji = "\N{GRINNING FACE}" * 1200  # 1,200 characters, 4,800 bytes
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        socket.send_text(json.dumps({"type": "response.create", "input": emoji}, ensure_ascii=False))
+        error = json.loads(socket.receive_text())
+        assert error["type"] == "error" and error["status"] == 413, error
+        assert error["error"]["code"] == "request_too_large"
+        assert well_formed(create(socket, input="\N{GRINNING FACE}" * 100))["status"] == "completed"
+    over = json.dumps({"input": emoji}, ensure_ascii=False).encode()
+    assert setup.client.post("/v1/responses", content=over).status_code == 413
+
+
+@pytest.mark.settings(websocket_max_queued=1)
+def test_a_full_queue_of_creates_stops_the_reading_until_one_starts(setup: Setup) -> None:
+    slow_reply(setup, words=20)  # about a second each
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        for name in ("first", "second", "third"):
+            socket.send_text(json.dumps({"type": "response.create", "input": name}))
+        socket.send_text("not json")
+        events: list[dict] = []
+        while sum(event["type"] in TERMINAL for event in events) < 3 or not any(
+            event["type"] == "error" for event in events
+        ):
+            events.append(json.loads(socket.receive_text()))
+    kinds = [event["type"] for event in events]
+    # The first runs, the second waits in the queue, the third waits for room: the bad message behind it is
+    # read (and answered) only once the second starts, after the first has ended.
+    assert kinds.index("error") > kinds.index("response.completed"), kinds
+    assert kinds.count("response.completed") == 3
+
+
+@pytest.mark.settings(websocket_idle_timeout_s=0.5, max_concurrent_requests_per_tenant=1)
+def test_an_idle_connection_is_closed_and_gives_its_slot_back(setup: Setup) -> None:
+    slow_reply(setup, words=30)  # runs longer than the idle timeout: a connection at work is not idle
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        started = time.monotonic()
+        assert well_formed(create(socket, input="hi"))["status"] == "completed"
+        assert time.monotonic() - started > 1
+        assert setup.client.get("/v1/models").status_code == 429  # the open connection holds the slot
+        closed = socket.receive()
+        assert closed["type"] == "websocket.close" and closed["code"] == 1000, closed
+    assert setup.client.get("/v1/models").status_code == 200
