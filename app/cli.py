@@ -36,6 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
+    from app.api.http_protocol import ApiShapedH11Protocol
+    from app.api.request_guards import MAX_HEADER_BYTES
     from app.main import create_app
     from app.observability.logs import configure_logging, with_query_values_dropped
 
@@ -49,7 +51,16 @@ def _serve(args: argparse.Namespace) -> int:
         configure_logging("json", args.log_level)
         log_config = None
     app = create_app(settings, database_ready=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, log_config=log_config)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=log_config,
+        # Requests uvicorn refuses before the app sees them are answered in the API's error shape too.
+        http=ApiShapedH11Protocol,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
     return 0
 
 

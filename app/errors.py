@@ -60,6 +60,12 @@ class RequestTooLarge(ApiError):
     status_code = 413
 
 
+class HeadersTooLarge(ApiError):
+    """431: the request line and headers are over the server's limit (refused before the request is parsed)."""
+
+    status_code = 431
+
+
 class RateLimited(ApiError):
     """429: the tenant has too many requests in flight; `Retry-After` says when to try again."""
 

@@ -1,13 +1,24 @@
-"""ASGI guard in front of every HTTP route: bodies over the size limit refused before they are read in full, and
-URLs holding a NUL character (which no id can hold, and Postgres cannot even compare) refused before routing."""
+"""ASGI guard in front of every HTTP route: bodies over the size limit refused before they are read in full, headers
+over theirs, and URLs holding a NUL character (which no id can hold, and Postgres cannot even compare) refused
+before routing."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response
-from app.errors import ApiError, InvalidRequest
+from app.errors import ApiError, HeadersTooLarge, InvalidRequest
 from app.schemas.parsing import request_too_large
+
+#: The most bytes of headers a request may have (h11's own buffer limit, which `serve` gives uvicorn too).
+MAX_HEADER_BYTES = 16 * 1024
+
+
+def headers_too_large() -> HeadersTooLarge:
+    return HeadersTooLarge(
+        f"The request's headers are larger than this server's limit of {MAX_HEADER_BYTES} bytes.",
+        code="request_header_fields_too_large",
+    )
 
 
 class RequestGuards:
@@ -44,7 +55,13 @@ class RequestGuards:
             return InvalidRequest(
                 "The URL holds a NUL character (%00), which no id or parameter may contain.", code="invalid_value"
             )
+        header_bytes = 0
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_request_bytes:
                 return request_too_large(self.max_request_bytes)
+            header_bytes += len(name) + len(value) + 4  # as sent: "name: value\r\n"
+        if header_bytes > MAX_HEADER_BYTES:
+            # Whether uvicorn already refused them depends on how the bytes arrived (it only limits a header block
+            # still incomplete): the same limit for every request, whatever its packets.
+            return headers_too_large()
         return None

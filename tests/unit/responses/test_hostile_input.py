@@ -154,6 +154,16 @@ async def test_a_nul_in_a_url_is_a_400(client: httpx.AsyncClient) -> None:
         assert_error(await client.get(url), 400, param=None, code="invalid_value")
 
 
+async def test_headers_over_the_limit_are_a_431(client: httpx.AsyncClient) -> None:
+    for headers in (
+        {"authorization": "Bearer " + "k" * 100_000},
+        {f"x-extra-{index}": "v" * 500 for index in range(40)},
+    ):
+        reply = await client.get("/v1/models", headers=headers)
+        assert_error(reply, 431, param=None, code="request_header_fields_too_large")
+    assert (await client.get("/v1/models", headers={"x-extra": "v" * 8_000})).status_code == 200
+
+
 @pytest.mark.settings(max_request_bytes=4096)
 async def test_a_body_over_the_limit_is_a_413_by_its_length(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     body = json.dumps({"input": "x" * 5000}).encode()
