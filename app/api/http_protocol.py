@@ -7,6 +7,7 @@ is still sending is read and dropped for a moment, so that it gets to read the a
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -47,7 +48,9 @@ class ApiShapedH11Protocol(H11Protocol):
         ]
         try:
             for event in (
-                h11.Response(status_code=error.status_code, headers=headers),
+                h11.Response(
+                    status_code=error.status_code, headers=headers, reason=HTTPStatus(error.status_code).phrase
+                ),
                 h11.Data(data=body),
                 h11.EndOfMessage(),
             ):
