@@ -1,7 +1,7 @@
-"""What uvicorn answers itself, before the app sees a request, in the API's own shape: a request whose headers pass
-uvicorn's limit (h11's `max_incomplete_event_size`, 16 KiB: a 100 KB bearer key) is a 431
-`request_header_fields_too_large`, and any other request that does not parse is a 400 `invalid_request`, both as
-OpenAI-shaped JSON rather than uvicorn's plain text. The connection then closes without a reset: what the client
+"""What uvicorn answers itself, before the app sees a request, in the API's own shape: a header block still
+arriving past h11's buffer limit (`max_incomplete_event_size`, 16 KiB; one that arrived whole is RequestGuards')
+is a 431 `request_header_fields_too_large`, and any other request that does not parse is a 400 `invalid_request`,
+both as OpenAI-shaped JSON rather than uvicorn's plain text. The connection then closes without a reset: what the client
 is still sending is read and dropped for a moment, so that it gets to read the answer (a 1 MB header was a reset)."""
 
 from __future__ import annotations

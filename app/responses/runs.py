@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import anyio
-
 from app.errors import ServerError, ServiceUnavailable
 from app.events.terminal import is_terminal
 from app.generation.job import GenerationJob
@@ -42,9 +40,7 @@ async def start_and_follow(
         await require_worker(runtime, job.model)
     subscription = await runtime.queue.bus.subscribe(job.response_id)
     try:
-        # Stored and enqueued whole, even if its client leaves meanwhile (its relay then stops the job).
-        with anyio.CancelScope(shield=True):
-            await start()
+        await start()
     except BaseException:
         await subscription.close()
         raise

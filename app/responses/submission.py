@@ -48,7 +48,13 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
 
 
 async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
-    """Store (when asked), commit, then enqueue: no job ever points at an uncommitted row."""
+    """Store (when asked), commit, then enqueue: no job ever points at an uncommitted row. Whole, even if the
+    client leaves meanwhile (a cancellation): a stored response is never left without its job."""
+    with anyio.CancelScope(shield=True):
+        await _submit(runtime, prepared, tenant)
+
+
+async def _submit(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
     logs.bind(response_id=prepared.response.id, model=prepared.response.model)
     if prepared.job.store:
         await _store_new(runtime, prepared, tenant)
@@ -59,12 +65,11 @@ async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: 
         await runtime.queue.enqueue(prepared.job)
     except Exception:
         # Nothing half-stored: a response whose job could not be queued would wait forever.
-        with anyio.CancelScope(shield=True):
-            async with runtime.database.transaction() as session:
-                if prepared.job.store:
-                    await repository.delete_response(session, prepared.response.id, tenant)
-                if prepared.conversation is not None:
-                    await turns.release(session, prepared.conversation, prepared.response.id)
+        async with runtime.database.transaction() as session:
+            if prepared.job.store:
+                await repository.delete_response(session, prepared.response.id, tenant)
+            if prepared.conversation is not None:
+                await turns.release(session, prepared.conversation, prepared.response.id)
         raise
 
 

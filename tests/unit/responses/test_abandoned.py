@@ -121,3 +121,25 @@ async def test_a_background_create_goes_on_after_its_client_leaves(
     client.gone.set()
     assert await ended(app_runtime, response_id) == "completed"
     assert not slow.runs[response_id].cancelled and slow.runs[response_id].produced == 20
+
+
+async def test_a_create_whose_client_leaves_while_it_is_submitted_is_stored_and_enqueued_whole(
+    app: FastAPI, app_runtime: Runtime, slow: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow.reply = slow.reply[:5]
+    queue = app_runtime.queue
+    enqueue = queue.enqueue
+    enqueuing = asyncio.Event()
+
+    async def slow_enqueue(job: Any) -> None:
+        enqueuing.set()
+        await asyncio.sleep(0.3)  # the client leaves now: between the stored row and its job
+        await enqueue(job)
+
+    monkeypatch.setattr(queue, "enqueue", slow_enqueue)
+    client = Client(app, "/v1/responses", {"input": "hi", "background": True})
+    await enqueuing.wait()
+    client.gone.set()
+    await asyncio.wait_for(client.task, 5)
+    response_id = await first_run(slow, None)
+    assert await ended(app_runtime, response_id) == "completed"  # not a row left queued without its job
