@@ -39,7 +39,6 @@ from app.responses.socket_session import EventRefused, IdleClock, ResponsesSocke
 from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
-from app.tenants.identity import tenant_for
 
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
@@ -203,7 +202,9 @@ async def _refuse(websocket: WebSocket, error: ApiError) -> None:
 async def responses_socket(websocket: WebSocket) -> None:
     runtime: Runtime = websocket.app.state.runtime
     try:
-        tenant = tenant_for(websocket.headers.get("authorization", ""), runtime.settings)
+        identity = await runtime.authenticator.identify(websocket.headers.get("authorization", ""))
+        identity.require_write()  # every message on the socket is a create
+        tenant = identity.tenant
         # A connection holds one of its tenant's in-flight slots for as long as it is open.
         runtime.slots.acquire(tenant)
     except ApiError as error:
