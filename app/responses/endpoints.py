@@ -19,7 +19,7 @@ from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.errors import ApiError
+from app.errors import ApiError, Unauthorized
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -225,6 +225,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     # The reader answers refused events while a response's events go out: one frame at a time.
     sending = anyio.Lock()
     idle = IdleClock(settings.websocket_idle_timeout_s)
+    authorization = websocket.headers.get("authorization", "")
 
     async def send(event: dict[str, Any]) -> bool:
         """Send one event; False when the client has gone (Starlette raises RuntimeError once it saw the close)."""
@@ -250,6 +251,13 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
                     continue
                 idle.touch()
                 if message["type"] == "websocket.disconnect":
+                    break
+                try:
+                    # A key revoked since the upgrade is refused here too (as soon as this node's cache knows).
+                    await runtime.authenticator.identify(authorization)
+                except Unauthorized as error:
+                    await send({"type": "error", "status": error.status_code, **error.body()})
+                    await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
                     break
                 data = message.get("text")
                 try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
 
 from app.config import Settings
 from app.keys.schemas import ApiKeyCreateRequest
@@ -210,3 +211,28 @@ def test_a_read_key_cannot_open_a_websocket(tmp_path: Path) -> None:
             while (event := socket.receive_json())["type"] not in ("response.completed", "error"):
                 pass
             assert event["type"] == "response.completed"
+
+
+def test_a_socket_whose_key_is_revoked_is_closed(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'ws.db'}",
+        model_id="fake-model",
+        api_keys="boot",
+        key_cache_ttl_s=0,
+        _env_file=None,
+    )
+    create = '{"type": "response.create", "model": "fake-model", "input": "hi"}'
+    with TestClient(create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))) as client:
+        made = client.post("/v1/keys", json={"project": "p", "name": "n"}, headers=BOOT).json()
+        with client.websocket_connect("/v1/responses", headers=bearer(made["value"])) as socket:
+            socket.send_text(create)
+            while (event := socket.receive_json())["type"] != "response.completed":
+                assert event["type"] != "error", event
+            assert client.delete(f"/v1/keys/{made['id']}", headers=BOOT).status_code == 200
+            socket.send_text(create)
+            refused = socket.receive_json()
+            assert refused["type"] == "error" and refused["status"] == 401
+            assert refused["error"]["code"] == "invalid_api_key"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                socket.receive_json()
+            assert closed.value.code == 1008
