@@ -16,7 +16,7 @@ from app.errors import NotFound, validation_error
 from app.ids import new_id
 from app.keys import repository
 from app.keys.schemas import MAX_NAME_CHARS, ApiKey, ApiKeyCreateRequest, ApiKeyList, CreatedApiKey
-from app.tenants.identity import as_role, hash_key, key_bytes, tenant_of_key, tenant_of_project
+from app.tenants.identity import as_role, hash_key, tenant_of_key, tenant_of_project
 
 KEY_PREFIX = "sk-lr-"
 #: Random bytes in a key (256 bits), URL-safe base64 after the prefix.
@@ -123,7 +123,7 @@ def _project_not_found(name: str) -> NotFound:
 async def tenant_of_api_key(database: Database, key: str) -> str:
     """The tenant whose data a key reads: its project's for a key in the database (revoked or not), else the
     bootstrap key's own (what the operator CLI's `--api-key` names)."""
-    sent = key_bytes(key)
+    sent = key.encode("utf-8", "surrogatepass")  # typed on a command line: text, not a Latin-1 header
     async with database.read() as session:
         row = await repository.key_by_hash(session, hash_key(sent))
     return tenant_of_project(row.project_id) if row is not None else tenant_of_key(sent)

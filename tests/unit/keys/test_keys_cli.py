@@ -105,3 +105,26 @@ def test_responses_commands_name_a_projects_tenant(database_path: Path, capsys: 
     assert capsys.readouterr().out == ""
     assert main(["responses", "show", response_id, "--project", "search"]) == 1
     assert main(["responses", "list", "--project", "nope"]) == 1
+
+
+def test_a_bootstrap_key_names_its_own_tenant_as_before(
+    database_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESPONSES_API_KEYS", "clé")
+
+    async def seed() -> str:
+        settings = Settings(
+            database_url=f"sqlite+aiosqlite:///{database_path}", model_id="m", api_keys="clé", _env_file=None
+        )
+        app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                headers = {"authorization": "Bearer clé".encode()}  # UTF-8 bytes, as a client sends them
+                reply = await client.post("/v1/responses", json={"model": "m", "input": "hi"}, headers=headers)
+                response_id: str = reply.json()["id"]
+                return response_id
+
+    response_id = asyncio.run(seed())
+    assert main(["responses", "list", "--api-key", "clé"]) == 0
+    assert capsys.readouterr().out.startswith(response_id)
