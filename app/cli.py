@@ -1,4 +1,5 @@
-"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete` and `prune`."""
+"""`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete`, `prune` and
+`keys create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.db.migrations import SchemaOutOfDate, prepare_database
 from app.generation.registry import ModelConfigError
 from app.generation.registry_loading import load_registry
 from app.generation.types import ModelLoadError
+from app.keys import cli as keys_cli
 from app.ops.operator_cli import add_commands
 
 
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=_check)
     add_commands(commands)
+    keys_cli.add_commands(commands)
     return parser
 
 

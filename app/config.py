@@ -115,8 +115,16 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated API keys; each key is its own tenant and sees only its own responses. Empty: an "
-        "open server.",
+        description="Comma-separated bootstrap API keys: each is its own tenant, sees only its own data, and acts as "
+        "an admin. Keys made with `llama-responses keys create` are kept in the database instead. Neither: an open "
+        "server.",
+    )
+    key_cache_ttl_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="Seconds an API node trusts what it last read of a database key (valid, revoked, unknown): a "
+        "revoked key stops working on every node within this time. 0: read the database on every request.",
     )
     public_docs: bool = Field(
         False,

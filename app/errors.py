@@ -50,6 +50,12 @@ class Unauthorized(ApiError):
     error_type = "authentication_error"
 
 
+class PermissionDenied(ApiError):
+    """403: the key is valid but its role may not do this (a `read` key writing, a `member` key on /metrics)."""
+
+    status_code = 403
+
+
 class NotFound(ApiError):
     status_code = 404
 

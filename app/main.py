@@ -26,6 +26,8 @@ from app.generation.renderers import RendererCache
 from app.ids import new_id
 from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
+from app.keys import endpoints as keys
+from app.keys.cache import KeyCache
 from app.observability import tracing
 from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
@@ -35,6 +37,7 @@ from app.responses import endpoints as responses
 from app.runtime import Runtime
 from app.secrets.keys import load_sealer
 from app.served_models import endpoints as served_models
+from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
 
@@ -97,6 +100,7 @@ def create_app(
             queue=queue,
             sealer=await load_sealer(settings, database),
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
+            authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
@@ -135,7 +139,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models):
+    for module in (responses, conversations, served_models, keys):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

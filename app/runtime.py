@@ -10,6 +10,7 @@ from app.db.session import Database
 from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
 from app.secrets.sealer import ContentSealer
+from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
 
@@ -28,6 +29,8 @@ class Runtime:
     queue: GenerationQueue
     #: Seals and opens compaction items (the same key on every node).
     sealer: ContentSealer
+    #: Who a request's key stands for: the bootstrap keys, and the database's through a short per-node cache.
+    authenticator: Authenticator
     #: Requests each tenant has in flight here (the per-tenant concurrency limit).
     slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).

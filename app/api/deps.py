@@ -1,4 +1,5 @@
-"""Dependencies as Annotated aliases: the runtime, the settings, the caller's tenant, `include` on reads."""
+"""Dependencies as Annotated aliases: the runtime, the settings, the caller (its identity and tenant), `include` on
+reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from app.config import Settings
 from app.items.includes import parse_includes
 from app.observability import logs
 from app.runtime import Runtime
-from app.tenants.identity import tenant_for
+from app.tenants.identity import READ_METHODS, Identity
 
 
 # NOTE: async, though they wait on nothing: FastAPI runs plain `def` dependencies on a thread pool, three
@@ -31,13 +32,24 @@ async def get_settings(runtime: RuntimeDep) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-async def get_tenant(request: Request, runtime: RuntimeDep) -> AsyncIterator[str]:
-    """The caller's tenant, holding one of its in-flight slots until the response is sent in full (a stream's
-    last event included): a 429 when it has none left."""
-    tenant = tenant_for(request.headers.get("authorization", ""), runtime.settings)
-    logs.bind(tenant=tenant)
-    with runtime.slots.hold(tenant):
-        yield tenant
+async def get_identity(request: Request, runtime: RuntimeDep) -> AsyncIterator[Identity]:
+    """The caller, holding one of its tenant's in-flight slots until the response is sent in full (a stream's
+    last event included): a 401 without a valid key, a 403 for a `read` key's write, a 429 when its tenant has no
+    slot left."""
+    identity = await runtime.authenticator.identify(request.headers.get("authorization", ""))
+    if request.method not in READ_METHODS:
+        identity.require_write()
+    logs.bind(tenant=identity.tenant)
+    with runtime.slots.hold(identity.tenant):
+        yield identity
+
+
+IdentityDep = Annotated[Identity, Depends(get_identity)]
+
+
+async def get_tenant(identity: IdentityDep) -> str:
+    """The caller's tenant (see get_identity)."""
+    return identity.tenant
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]

@@ -9,16 +9,16 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from app.api.deps import SettingsDep
+from app.api.deps import RuntimeDep, SettingsDep
 from app.api.openapi import describe_api
-from app.tenants.identity import tenant_for
 
 OPENAPI_PATH = "/openapi.json"
 
 
-async def check_docs_access(request: Request, settings: SettingsDep) -> None:
-    if not settings.public_docs:
-        tenant_for(request.headers.get("authorization", ""), settings)  # a 401 without a valid key, if keyed
+async def check_docs_access(request: Request, runtime: RuntimeDep) -> None:
+    if not runtime.settings.public_docs:
+        # A 401 without a valid key, if keyed; any role may read them.
+        await runtime.authenticator.identify(request.headers.get("authorization", ""))
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(check_docs_access)])

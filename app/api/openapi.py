@@ -24,6 +24,7 @@ BEARER = "bearerAuth"
 ERROR_DESCRIPTIONS = {
     400: "The request is invalid: the error names the parameter (`param`) and why (`code`).",
     401: "No API key, or an unknown one.",
+    403: "The API key's role may not do this: a `read` key writing, a key that is not an admin's on the key API.",
     404: "No such object for this API key.",
     413: "The request body is larger than this server accepts.",
     429: "Too many requests in flight for this API key; `Retry-After` says when to try again.",
@@ -114,7 +115,7 @@ def describe_api(app: FastAPI, settings: Settings) -> dict[str, Any]:
         if not path.startswith("/v1/"):
             operation["security"] = []  # liveness and readiness probes need no key
             continue
-        statuses = [*COMMON_ERRORS, 401] if settings.api_keys else list(COMMON_ERRORS)
+        statuses = [*COMMON_ERRORS, 401, 403] if settings.api_keys else list(COMMON_ERRORS)
         if "requestBody" in operation:
             statuses.append(413)
         for status in statuses:

@@ -1,9 +1,12 @@
-"""Alembic driven from code: upgrade to head, and tell whether a database is at head."""
+"""Alembic driven from code: upgrade to head, tell whether a database is at head, and run a command's work on a
+prepared database."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -13,7 +16,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import Settings
-from app.db.session import create_engine
+from app.db.session import Database, create_engine
+
+T = TypeVar("T")
 
 # NOTE: migrations/ sits at the repository root (STYLE.md's layout); the project installs editable.
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -66,3 +71,17 @@ async def prepare_database(settings: Settings) -> None:
         raise SchemaOutOfDate(
             f"the database schema is at {current or 'nothing'}, not {head}: run `llama-responses migrate` first"
         )
+
+
+def run_with_database(work: Callable[[Database], Awaitable[T]], settings: Settings) -> T:
+    """Blocking: `work` on the configured database, prepared first (the operator CLI's commands)."""
+
+    async def run() -> T:
+        await prepare_database(settings)
+        database = Database.connect(settings.database_url)
+        try:
+            return await work(database)
+        finally:
+            await database.dispose()
+
+    return asyncio.run(run())

@@ -37,7 +37,11 @@ def load_settings() -> tuple[Settings | None, Finding]:
         fix = "correct these environment variables (or .env); see docs/reference/settings.md"
         return None, Finding("settings", False, wrong, fix)
     mode = "embedded mode (no Redis)" if settings.embedded else "distributed mode"
-    keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API keys: an open server"
+    keys = (
+        f"{len(settings.api_keys)} bootstrap API key(s)"
+        if settings.api_keys
+        else "no bootstrap API keys (an open server unless `llama-responses keys create` made some)"
+    )
     return settings, Finding("settings", True, f"{mode}, {keys}")
 
 

@@ -1,5 +1,5 @@
 """The operator's routes: liveness (the process answers), readiness (its database and queue answer), worker
-availability, and GET /metrics (Prometheus's text format, behind the API's keys unless RESPONSES_METRICS_PUBLIC
+availability, and GET /metrics (Prometheus's text format, for admin keys only unless RESPONSES_METRICS_PUBLIC
 opens it)."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.api.deps import RuntimeDep, SettingsDep
+from app.api.deps import RuntimeDep
 from app.ops.health import readiness, worker_availability
 from app.ops.metrics import render_metrics
-from app.tenants.identity import tenant_for
 
 router = APIRouter()
 
@@ -33,9 +32,13 @@ async def workers(runtime: RuntimeDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if available else 503)
 
 
-async def check_metrics_access(request: Request, settings: SettingsDep) -> None:
-    if not settings.metrics_public:
-        tenant_for(request.headers.get("authorization", ""), settings)  # a 401 without a valid key, if keyed
+async def check_metrics_access(request: Request, runtime: RuntimeDep) -> None:
+    """The whole server's figures: a 401 without a valid key and a 403 for a key that is not an admin's, on a keyed
+    server; anyone on an open one."""
+    if not runtime.settings.metrics_public:
+        identity = await runtime.authenticator.identify(request.headers.get("authorization", ""))
+        if identity.authenticated:
+            identity.require_admin()
 
 
 metrics_router = APIRouter(include_in_schema=False, dependencies=[Depends(check_metrics_access)])

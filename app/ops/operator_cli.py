@@ -4,22 +4,22 @@ straight against the database through the same services (and tenant scoping) as 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar, get_args
 
 from app.config import Settings
-from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.db.migrations import SchemaOutOfDate, run_with_database
 from app.db.session import Database
 from app.errors import ApiError
+from app.keys.service import tenant_of_api_key, tenant_of_project_name
 from app.ops.retention import apply_retention
 from app.responses.reads import delete_response, list_responses, read_response
 from app.responses.schemas import ResponseFilters
 from app.schemas.paging import MAX_PAGE_LIMIT, page_request
 from app.schemas.responses import ResponseStatus
-from app.tenants.identity import OPEN_TENANT, tenant_of_key
+from app.tenants.identity import OPEN_TENANT
 
 T = TypeVar("T")
 
@@ -42,7 +42,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         owner.add_argument(
             "--tenant", default=OPEN_TENANT, help=f"whose responses: a tenant id as stored (default {OPEN_TENANT!r})"
         )
-        owner.add_argument("--api-key", help="whose responses: the tenant of this API key")
+        owner.add_argument("--api-key", help="whose responses: the tenant of this API key (its project's, if kept)")
+        owner.add_argument("--project", help="whose responses: this project's (every key of it shares them)")
     responses.set_defaults(run=_responses)
     prune = commands.add_parser(
         "prune", help="purge expired responses and old stream events now (RESPONSES_RETENTION_DAYS, ...)"
@@ -50,22 +51,27 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     prune.set_defaults(run=_prune)
 
 
-def _tenant(args: argparse.Namespace) -> str:
-    return tenant_of_key(args.api_key.encode()) if args.api_key else str(args.tenant)
+async def _tenant(database: Database, args: argparse.Namespace) -> str:
+    if args.api_key:
+        return await tenant_of_api_key(database, args.api_key)
+    if args.project:
+        return await tenant_of_project_name(database, args.project)
+    return str(args.tenant)
 
 
 def _with_database(work: Callable[[Database], Awaitable[T]], settings: Settings | None = None) -> T:
-    settings = settings or Settings()
+    return run_with_database(work, settings or Settings())
 
-    async def run() -> T:
-        await prepare_database(settings)
-        database = Database.connect(settings.database_url)
-        try:
-            return await work(database)
-        finally:
-            await database.dispose()
 
-    return asyncio.run(run())
+def _as_tenant(
+    args: argparse.Namespace, work: Callable[[Database, str], Awaitable[T]]
+) -> Callable[[Database], Awaitable[T]]:
+    """`work` for the tenant that the arguments name."""
+
+    async def run(database: Database) -> T:
+        return await work(database, await _tenant(database, args))
+
+    return run
 
 
 def _when(unix_s: int) -> str:
@@ -73,12 +79,13 @@ def _when(unix_s: int) -> str:
 
 
 def _responses(args: argparse.Namespace) -> int:
-    tenant = _tenant(args)
     try:
         if args.action == "list":
             request = page_request(args.limit, "desc", args.after)
             filters = ResponseFilters(status=args.status, model=args.model)
-            page = _with_database(lambda database: list_responses(database, tenant, filters, request))
+            page = _with_database(
+                _as_tenant(args, lambda database, tenant: list_responses(database, tenant, filters, request))
+            )
             if args.json:
                 print(page.model_dump_json(indent=2))
                 return 0
@@ -88,11 +95,18 @@ def _responses(args: argparse.Namespace) -> int:
             if page.has_more:
                 print(f"(more: --after {page.last_id})")
         elif args.action == "show":
-            response = _with_database(lambda database: read_response(database, args.response_id, tenant))
+            response = _with_database(
+                _as_tenant(args, lambda database, tenant: read_response(database, args.response_id, tenant))
+            )
             print(response.model_dump_json(indent=2))
         else:
             # No queue here to stop a generation through: a response still running is refused.
-            _with_database(lambda database: delete_response(database, args.response_id, tenant, stop_running=None))
+            _with_database(
+                _as_tenant(
+                    args,
+                    lambda database, tenant: delete_response(database, args.response_id, tenant, stop_running=None),
+                )
+            )
             print(f"deleted {args.response_id}")
     except (ApiError, SchemaOutOfDate) as error:
         print(f"llama-responses: {error}", file=sys.stderr)

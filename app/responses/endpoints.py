@@ -19,7 +19,7 @@ from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.errors import ApiError
+from app.errors import ApiError, Unauthorized
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -39,7 +39,6 @@ from app.responses.socket_session import EventRefused, IdleClock, ResponsesSocke
 from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
-from app.tenants.identity import tenant_for
 
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
@@ -203,7 +202,9 @@ async def _refuse(websocket: WebSocket, error: ApiError) -> None:
 async def responses_socket(websocket: WebSocket) -> None:
     runtime: Runtime = websocket.app.state.runtime
     try:
-        tenant = tenant_for(websocket.headers.get("authorization", ""), runtime.settings)
+        identity = await runtime.authenticator.identify(websocket.headers.get("authorization", ""))
+        identity.require_write()  # every message on the socket is a create
+        tenant = identity.tenant
         # A connection holds one of its tenant's in-flight slots for as long as it is open.
         runtime.slots.acquire(tenant)
     except ApiError as error:
@@ -224,6 +225,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     # The reader answers refused events while a response's events go out: one frame at a time.
     sending = anyio.Lock()
     idle = IdleClock(settings.websocket_idle_timeout_s)
+    authorization = websocket.headers.get("authorization", "")
 
     async def send(event: dict[str, Any]) -> bool:
         """Send one event; False when the client has gone (Starlette raises RuntimeError once it saw the close)."""
@@ -249,6 +251,13 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
                     continue
                 idle.touch()
                 if message["type"] == "websocket.disconnect":
+                    break
+                try:
+                    # A key revoked since the upgrade is refused here too (as soon as this node's cache knows).
+                    await runtime.authenticator.identify(authorization)
+                except Unauthorized as error:
+                    await send({"type": "error", "status": error.status_code, **error.body()})
+                    await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
                     break
                 data = message.get("text")
                 try:

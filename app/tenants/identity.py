@@ -1,40 +1,123 @@
-"""Who a caller is: the tenant its API key stands for (HTTP and WebSocket alike, and the operator CLI's
-`--api-key`), checked in constant time; one tenant on an open server."""
+"""Who a caller is: the tenant and role its API key stands for (HTTP and WebSocket alike, and the operator CLI's
+`--api-key`), checked in constant time. Bootstrap keys (RESPONSES_API_KEYS) are known here; the keys kept in the
+database are looked up through a `KeyLookup` (app/keys/cache.py: the repository behind a short per-node cache).
+One tenant on an open server (no bootstrap key and no key in the database)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
+from typing import Literal, Protocol, get_args
 
 from app.config import Settings
-from app.errors import Unauthorized
+from app.errors import PermissionDenied, Unauthorized
 
 OPEN_TENANT = "public"
 
+#: admin: everything, /metrics and the key API included; member: read and write its project's data;
+#: read: GET only.
+Role = Literal["admin", "member", "read"]
+ROLES: tuple[Role, ...] = get_args(Role)
 
-def tenant_for(authorization: str, settings: Settings) -> str:
-    """The caller's tenant from its Authorization header: one per API key (a hash, never the key itself); one
-    tenant on an open server."""
-    if not settings.api_keys:
-        return OPEN_TENANT
-    scheme, _, key = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not key:
-        raise Unauthorized(
-            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-            code="missing_api_key",
-        )
-    sent = _key_bytes(key.strip())
-    if not any(hmac.compare_digest(sent, known.encode()) for known in settings.api_keys):
+
+def as_role(value: str) -> Role | None:
+    """A stored role, or None for one this server does not know."""
+    return next((role for role in ROLES if role == value), None)
+
+
+#: The methods a `read` key may use.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A caller: whose data it reads and writes (`tenant`) and what it may do (`role`)."""
+
+    tenant: str
+    role: Role
+    #: The database key's id; None for a bootstrap key and on an open server.
+    key_id: str | None = None
+    #: False on an open server: nobody is authenticated (the key API then refuses everyone).
+    authenticated: bool = True
+
+    def require_write(self) -> None:
+        """A 403 for a `read` key."""
+        if self.role == "read":
+            raise PermissionDenied(
+                "This API key has the 'read' role: it may only read (GET). Use a 'member' or 'admin' key to write.",
+                code="permission_denied",
+            )
+
+    def require_admin(self) -> None:
+        """A 403 for any key that is not an admin's (and for everyone on an open server)."""
+        if self.role != "admin" or not self.authenticated:
+            reason = "an 'admin' API key" if self.authenticated else "an admin key; this server has none yet"
+            raise PermissionDenied(f"This needs {reason}.", code="permission_denied")
+
+
+OPEN_IDENTITY = Identity(tenant=OPEN_TENANT, role="admin", authenticated=False)
+
+
+class KeyLookup(Protocol):
+    """The keys kept in the database, as an API node sees them (perhaps a few seconds late)."""
+
+    async def find(self, key_hash: str) -> Identity | None:
+        """The identity of the key with this SHA-256 hash; None when there is none or it is revoked."""
+        ...
+
+    async def any_keys(self) -> bool:
+        """Whether the database holds any key (a revoked one included)."""
+        ...
+
+
+class Authenticator:
+    """Turns an Authorization header into an Identity, or a 401."""
+
+    def __init__(self, settings: Settings, lookup: KeyLookup | None = None) -> None:
+        self._bootstrap = [key.encode() for key in settings.api_keys]
+        self._lookup = lookup
+
+    async def identify(self, authorization: str) -> Identity:
+        """The caller of a request with this Authorization header: a bootstrap key is an admin of its own tenant
+        ("key:" + hash, as before projects existed); a database key is its project's, with its role."""
+        if not self._bootstrap and (self._lookup is None or not await self._lookup.any_keys()):
+            return OPEN_IDENTITY
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthorized(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+                code="missing_api_key",
+            )
+        sent = key_bytes(key.strip())
+        # Every bootstrap key is compared, in constant time, whether or not an earlier one matched.
+        matched = [hmac.compare_digest(sent, known) for known in self._bootstrap]
+        if any(matched):
+            return Identity(tenant=tenant_of_key(sent), role="admin")
+        if self._lookup is not None:
+            identity = await self._lookup.find(hash_key(sent))
+            if identity is not None:
+                return identity
         raise Unauthorized("Incorrect API key provided.", code="invalid_api_key")
-    return tenant_of_key(sent)
 
 
 def tenant_of_key(key: bytes) -> str:
-    """The tenant an API key stands for (a hash: the key itself is never stored)."""
+    """The tenant a bootstrap API key stands for (a hash: the key itself is never stored)."""
     return "key:" + hashlib.sha256(key).hexdigest()[:32]
 
 
-def _key_bytes(key: str) -> bytes:
+def tenant_of_project(project_id: str) -> str:
+    """The tenant every key of a project shares."""
+    return "project:" + project_id
+
+
+def hash_key(key: bytes) -> str:
+    """What the database keeps of a key: its SHA-256, hex (a key has 256 random bits: no salt or stretching
+    needed)."""
+    return hashlib.sha256(key).hexdigest()
+
+
+def key_bytes(key: str) -> bytes:
     """The key as the client sent it: HTTP headers arrive decoded as Latin-1, so encoding them back gives the raw
     (UTF-8) bytes; compare_digest takes str only when it is ASCII, hence bytes."""
     try:

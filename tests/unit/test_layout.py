@@ -64,6 +64,15 @@ ALLOWED: dict[str, set[str]] = {
         "app.schemas",
         "app.transport",
     },
+    "app.keys": {
+        "app.api",
+        "app.config",
+        "app.db",
+        "app.errors",
+        "app.ids",
+        "app.schemas",
+        "app.tenants",
+    },
     "app.responses": {
         "app.api",
         "app.config",
@@ -89,6 +98,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.errors",
         "app.events",
         "app.generation",
+        "app.keys",
         "app.observability",
         "app.responses",
         "app.runtime",

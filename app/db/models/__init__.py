@@ -1,20 +1,24 @@
 """ORM models, one table a module; importing this package registers them all on Base.metadata."""
 
+from app.db.models.api_key import ApiKeyRow
 from app.db.models.conversation import ConversationRow
 from app.db.models.conversation_item import ConversationItemRow
 from app.db.models.generation_progress import GenerationProgressRow
 from app.db.models.input_item import InputItemRow
 from app.db.models.output_item import OutputItemRow
+from app.db.models.project import ProjectRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
 
 __all__ = [
+    "ApiKeyRow",
     "ConversationItemRow",
     "ConversationRow",
     "GenerationProgressRow",
     "InputItemRow",
     "OutputItemRow",
+    "ProjectRow",
     "ResponseEventRow",
     "ResponseRow",
     "ServerSecretRow",

@@ -26,6 +26,7 @@ BODIES = {
     ("post", "/v1/conversations"): False,
     ("post", "/v1/conversations/{conversation_id}"): True,
     ("post", "/v1/conversations/{conversation_id}/items"): True,
+    ("post", "/v1/keys"): True,
 }
 
 

@@ -1,0 +1,45 @@
+"""/v1/keys (an extension, for admin keys): list, create and revoke the API keys kept in the database, as the
+`llama-responses keys` commands do."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from app.api.deps import IdentityDep, RuntimeDep
+from app.api.openapi import errors, json_body
+from app.keys import service
+from app.keys.schemas import MAX_NAME_CHARS, ApiKey, ApiKeyCreateRequest, ApiKeyList, CreatedApiKey
+from app.schemas.parsing import parse_body
+from app.tenants.identity import Identity
+
+
+async def require_admin(identity: IdentityDep) -> Identity:
+    identity.require_admin()
+    return identity
+
+
+router = APIRouter(dependencies=[Depends(require_admin)], responses=errors(403))
+
+
+@router.get("/keys", responses=errors(404))
+async def list_keys(
+    runtime: RuntimeDep, project: Annotated[str | None, Query(max_length=MAX_NAME_CHARS)] = None
+) -> ApiKeyList:
+    """Every key (of one project, by name, if given), oldest first; never the keys themselves."""
+    return await service.list_keys(runtime.database, project)
+
+
+@router.post("/keys", openapi_extra=json_body(ApiKeyCreateRequest))
+async def create_key(request: Request, runtime: RuntimeDep) -> CreatedApiKey:
+    """A new key of the project (created if new): `value` is the key, shown in this answer only."""
+    body = parse_body(await request.body(), ApiKeyCreateRequest, runtime.settings)
+    return await service.create_key(runtime.database, body)
+
+
+@router.delete("/keys/{key_id}", responses=errors(404))
+async def revoke_key(key_id: str, runtime: RuntimeDep) -> ApiKey:
+    """Revoke the key (it stays listed, with `revoked_at`): every API node refuses it within
+    RESPONSES_KEY_CACHE_TTL_S."""
+    return await service.revoke_key(runtime.database, key_id)
