@@ -36,11 +36,22 @@ async def get_tenant(request: Request, runtime: RuntimeDep) -> AsyncIterator[str
     last event included): a 429 when it has none left."""
     tenant = tenant_for(request.headers.get("authorization", ""), runtime.settings)
     logs.bind(tenant=tenant)
+    runtime.limits.watch(tenant)  # the response's x-ratelimit-* headers are this tenant's
     with runtime.slots.hold(tenant):
         yield tenant
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+async def get_working_tenant(runtime: RuntimeDep, tenant: TenantDep) -> str:
+    """The caller's tenant, for a route that does work: the request counts against the tenant's requests per
+    minute (a 429 when they are spent). Reads, deletes and cancels do not count (see docs/operating/rate-limits.md)."""
+    await runtime.limits.admit_request(tenant)
+    return tenant
+
+
+WorkingTenantDep = Annotated[str, Depends(get_working_tenant)]
 
 
 async def get_includes(
