@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai import AsyncOpenAI
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.config import Settings
 from app.limits.buckets import BucketStep, Limit, Step
@@ -188,22 +189,22 @@ async def test_two_tenants_have_limits_of_their_own(tmp_path: Path, runner: Fake
             assert "x-ratelimit-remaining-requests" not in unknown.headers
 
 
-@pytest.mark.settings(rate_limit_requests_per_min=60)
+@pytest.mark.settings(rate_limit_requests_per_min=30)
 async def test_the_sdk_retries_after_the_wait_the_429_names(app: FastAPI, app_runtime: Runtime) -> None:
     statuses: list[int] = []
 
     async def spend_the_minute_first(request: httpx.Request) -> None:
-        # Just before the first attempt, on the real clock: one request comes back each second.
+        # Just before the first attempt, on the real clock: one request comes back every 2 s.
         if not statuses:
-            spend = BucketStep(Limit.REQUESTS, 60, Step.CHARGE, 60)
+            spend = BucketStep(Limit.REQUESTS, 30, Step.CHARGE, 30)
             assert await app_runtime.limits.store.apply(OPEN_TENANT, [spend]) == (None, [0])
 
     async def seen(response: httpx.Response) -> None:
         statuses.append(response.status_code)
         if response.status_code == 429:
             await response.aread()
-            assert 900 <= int(response.headers["retry-after-ms"]) <= 1000
-            assert response.headers["retry-after"] == "1"
+            assert 0 < int(response.headers["retry-after-ms"]) <= 2000
+            assert response.headers["retry-after"] in ("1", "2")
 
     hooks = {"request": [spend_the_minute_first], "response": [seen]}
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), event_hooks=hooks)
@@ -241,3 +242,56 @@ def test_each_websocket_create_counts_as_a_request(socket_setup: TestClient) -> 
     assert endings[2]["status"] == 429
     assert endings[2]["error"]["type"] == "requests"
     assert endings[2]["error"]["code"] == "rate_limit_exceeded"
+
+
+@pytest.mark.settings(rate_limit_requests_per_min=2)
+async def test_conversation_writes_count_and_their_reads_do_not(client: httpx.AsyncClient, clock: FakeClock) -> None:
+    created = await client.post("/v1/conversations", json={})
+    assert remaining(created, "requests") == 1
+    conversation_id = created.json()["id"]
+    items = await client.post(
+        f"/v1/conversations/{conversation_id}/items", json={"items": [{"role": "user", "content": "Hi."}]}
+    )
+    assert items.status_code == 200
+    assert remaining(items, "requests") == 0
+    assert (await client.post("/v1/conversations", json={})).status_code == 429
+    read = await client.get(f"/v1/conversations/{conversation_id}/items")
+    assert read.status_code == 200
+    assert remaining(read, "requests") == 0
+
+
+@pytest.mark.settings(rate_limit_tokens_per_min=1000)
+async def test_a_compaction_is_charged_its_prompt_and_its_summary(client: httpx.AsyncClient, clock: FakeClock) -> None:
+    compacted = await client.post(
+        "/v1/responses/compact",
+        json={"model": "fake-model", "input": [{"role": "user", "content": "Remember the number 42, please."}]},
+    )
+    assert compacted.status_code == 200, compacted.text
+    usage = compacted.json()["usage"]
+    assert usage["output_tokens"] > 0
+    # The summary's prompt when it was queued, its output when it ended.
+    assert remaining(await client.get("/v1/models"), "tokens") == 1000 - usage["input_tokens"] - usage["output_tokens"]
+
+
+class DownStore:
+    """A store whose Redis is unreachable."""
+
+    async def apply(self, tenant: str, steps: Any) -> tuple[int | None, list[float]]:
+        raise RedisConnectionError("Connection refused")
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.settings(rate_limit_requests_per_min=10)
+async def test_with_its_store_down_work_is_a_503_and_reads_go_on_without_headers(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    app_runtime.limits.store = DownStore()
+    refused = await create(client)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "rate_limiter_unavailable"
+    listed = await client.get("/v1/responses")
+    assert listed.status_code == 200
+    assert listed.json()["data"] == []  # nothing was stored
+    assert "x-ratelimit-remaining-requests" not in listed.headers

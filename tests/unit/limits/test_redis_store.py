@@ -111,3 +111,18 @@ async def test_distributed_mode_keeps_its_buckets_in_redis() -> None:
         assert not embedded.enabled
     finally:
         await distributed.close()
+
+
+async def test_on_redis_own_clock(redis: Redis, tenant: str) -> None:
+    """Without an injected clock the script reads Redis's TIME: the production path."""
+    limits = TenantRateLimits(RedisBucketStore(redis), requests_per_min=2)
+    first = await limits.admit_request(tenant)
+    second = await limits.admit_request(tenant)
+    assert [first.headers()["x-ratelimit-remaining-requests"], second.headers()["x-ratelimit-remaining-requests"]] == [
+        "1",
+        "0",
+    ]
+    with pytest.raises(RateLimited) as refused:
+        await limits.admit_request(tenant)
+    assert 29_000 < int(refused.value.headers["retry-after-ms"]) <= 30_000
+    assert refused.value.headers["retry-after"] == "30"
