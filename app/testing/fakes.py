@@ -27,6 +27,16 @@ from app.transport.memory_bus import MemoryBus
 FAKE_REPLY = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
 
 
+class FakeClock:
+    """Seconds that pass only when a test says so (`now_s += ...`): a clock to inject (the rate limits' buckets)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
 class FakeRenderer:
     """One token a word; token ids are word lengths, which is enough to count and to truncate."""
 

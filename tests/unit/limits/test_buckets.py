@@ -8,14 +8,7 @@ from app.errors import RateLimited, TokensRateLimited
 from app.limits.buckets import BucketStep, Limit, Step, Window, openai_duration
 from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
+from app.testing.fakes import FakeClock
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.redis_store import RedisBucketStore, bucket_key
 from app.main import build_rate_limits
-from tests.unit.limits.test_buckets import FakeClock
+from app.testing.fakes import FakeClock
 
 REDIS_URL = os.environ.get("RESPONSES_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
