@@ -3,6 +3,7 @@ the in-process store, keys that expire, and a 503 when Redis is down."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import uuid
@@ -13,12 +14,17 @@ from redis.asyncio import Redis
 
 from app.config import Settings
 from app.errors import RateLimited, ServiceUnavailable
+from app.generation.job import GenerationJob
+from app.generation.types import SamplingParams
+from app.jobs.execution import JobExecutor
 from app.limits.buckets import BucketStep, Limit, Step
 from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.redis_store import RedisBucketStore, bucket_key
 from app.main import build_rate_limits
-from app.testing.fakes import FakeClock
+from app.runtime import Runtime
+from app.testing.fakes import FakeClock, FakeRunner
+from app.transport.memory_bus import MemoryBus
 
 REDIS_URL = os.environ.get("RESPONSES_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
@@ -126,3 +132,26 @@ async def test_on_redis_own_clock(redis: Redis, tenant: str) -> None:
         await limits.admit_request(tenant)
     assert 29_000 < int(refused.value.headers["retry-after-ms"]) <= 30_000
     assert refused.value.headers["retry-after"] == "30"
+
+
+async def test_a_workers_output_is_charged_to_the_bucket_the_api_nodes_read(
+    redis: Redis, tenant: str, app_runtime: Runtime
+) -> None:
+    """Distributed mode: an API node charges the prompt, the worker that ran the job its output, in one bucket."""
+    clock = FakeClock()
+    api_node = TenantRateLimits(RedisBucketStore(redis, clock=clock), tokens_per_min=1000)
+    worker = TenantRateLimits(RedisBucketStore(Redis.from_url(REDIS_URL), clock=clock, owned=True), tokens_per_min=1000)
+    sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=4)
+    response = {"id": "resp_charged", "model": "fake-model", "object": "response", "created_at": 0, "status": "queued"}
+    job = GenerationJob(
+        "resp_charged", [1] * 25, sampling, response=response, store=False, keep_events=False, tenant=tenant
+    )
+    try:
+        await api_node.admit_tokens(tenant, len(job.prompt_tokens))
+        executor = JobExecutor(
+            FakeRunner(), app_runtime.database, MemoryBus(), owner="worker_x", charge_tokens=worker.charge_tokens
+        )
+        await executor.execute(GenerationJob.from_payload(json.loads(json.dumps(job.to_payload()))))
+        assert (await api_node.peek(tenant)).headers()["x-ratelimit-remaining-tokens"] == str(1000 - 25 - 4)
+    finally:
+        await worker.close()
