@@ -229,6 +229,21 @@ class Settings(BaseSettings):
         description="Requests (WebSocket connections included) one tenant may have in flight on one API process; "
         "more are refused with a 429 and Retry-After. 0: no limit.",
     )
+    rate_limit_requests_per_min: int = Field(
+        0,
+        ge=0,
+        description="Requests that do work (creates, compactions, input token counts, conversation writes; WebSocket "
+        "`response.create` messages) one tenant may send a minute, across every API node (a token bucket: a "
+        "minute's worth at once, refilled evenly); more are refused with a 429 `requests` and Retry-After. 0: no "
+        "limit.",
+    )
+    rate_limit_tokens_per_min: int = Field(
+        0,
+        ge=0,
+        description="Input plus output tokens one tenant may use a minute, across every API node: a generation's "
+        "prompt is charged when it is queued (a 429 `tokens` and Retry-After when the bucket does not hold it), "
+        "its output when it ends. 0: no limit.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log lines as plain text (for a terminal) or one JSON object a line with the request id, "

@@ -73,10 +73,17 @@ class HeadersTooLarge(ApiError):
 
 
 class RateLimited(ApiError):
-    """429: the tenant has too many requests in flight; `Retry-After` says when to try again."""
+    """429: the tenant has too many requests in flight, or has spent its requests per minute; `Retry-After` says
+    when to try again."""
 
     status_code = 429
     error_type = "requests"
+
+
+class TokensRateLimited(RateLimited):
+    """429: the tenant has spent its tokens per minute (OpenAI's `type` for it is `tokens`)."""
+
+    error_type = "tokens"
 
 
 class ClientGone(ApiError):

@@ -28,6 +28,10 @@ from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
 from app.keys import endpoints as keys
 from app.keys.cache import KeyCache
+from app.limits.headers import RateLimitHeaders
+from app.limits.limiter import BucketStore, TenantRateLimits
+from app.limits.memory_store import MemoryBucketStore
+from app.limits.redis_store import RedisBucketStore
 from app.observability import tracing
 from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
@@ -43,15 +47,30 @@ from app.transport.base import GenerationQueue
 
 logger = logging.getLogger(__name__)
 
-GenerationFactory = Callable[[Settings, ModelRegistry, Database], Awaitable[tuple[RendererCache, GenerationQueue]]]
+GenerationFactory = Callable[
+    [Settings, ModelRegistry, Database, TenantRateLimits], Awaitable[tuple[RendererCache, GenerationQueue]]
+]
+
+
+def build_rate_limits(settings: Settings) -> TenantRateLimits:
+    """Embedded: buckets in this process. Distributed: in Redis, shared by every API node and worker (no
+    connection at all while both limits are off)."""
+    enabled = settings.rate_limit_requests_per_min or settings.rate_limit_tokens_per_min
+    shared = settings.redis_url if enabled else None
+    store: BucketStore = RedisBucketStore.connect(shared) if shared else MemoryBucketStore()
+    return TenantRateLimits(
+        store,
+        requests_per_min=settings.rate_limit_requests_per_min,
+        tokens_per_min=settings.rate_limit_tokens_per_min,
+    )
 
 
 async def build_generation(
-    settings: Settings, registry: ModelRegistry, database: Database
+    settings: Settings, registry: ModelRegistry, database: Database, limits: TenantRateLimits
 ) -> tuple[RendererCache, GenerationQueue]:
-    """Embedded: the models in this process, each loaded on first use, run by this process's job executor.
-    Distributed: the arq client. Both render prompts here, with each model's vocabulary-only tokenizer (built on
-    first use too)."""
+    """Embedded: the models in this process, each loaded on first use, run by this process's job executor (which
+    charges each generation's output tokens to `limits`). Distributed: the arq client (the workers charge them).
+    Both render prompts here, with each model's vocabulary-only tokenizer (built on first use too)."""
     from app.generation.tokenizer import ChatTokenizer
 
     renderers = RendererCache(ChatTokenizer.for_model)
@@ -68,7 +87,9 @@ async def build_generation(
     )
     bus = MemoryBus()
     # This process's lease owner id: a lease left by an earlier run of the server is not ours.
-    executor = JobExecutor(pool, database, bus, owner=new_id("node"), lease_s=settings.lease_s)
+    executor = JobExecutor(
+        pool, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=limits.charge_tokens
+    )
     return renderers, InProcessQueue(executor, bus)
 
 
@@ -91,7 +112,8 @@ def create_app(
         if traced:
             tracing.instrument_database(database.engine)
         registry = load_registry(settings)
-        renderers, queue = await build(settings, registry, database)
+        limits = build_rate_limits(settings)
+        renderers, queue = await build(settings, registry, database, limits)
         app.state.runtime = Runtime(
             settings=settings,
             models=registry,
@@ -101,6 +123,7 @@ def create_app(
             sealer=await load_sealer(settings, database),
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
+            limits=limits,
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
@@ -127,6 +150,7 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*maintenance, return_exceptions=True)
             await queue.close()
+            await limits.close()
             await database.dispose()
             if traced:
                 tracing.uninstrument_database()
@@ -136,6 +160,8 @@ def create_app(
     app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
     app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
+    # Outside the guards: their refusals carry the headers too (of the limits that are on, once a tenant is known).
+    app.add_middleware(RateLimitHeaders)
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")

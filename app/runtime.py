@@ -9,6 +9,8 @@ from app.config import Settings
 from app.db.session import Database
 from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
+from app.limits.limiter import TenantRateLimits
+from app.limits.memory_store import MemoryBucketStore
 from app.secrets.sealer import ContentSealer
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
@@ -33,5 +35,7 @@ class Runtime:
     authenticator: Authenticator
     #: Requests each tenant has in flight here (the per-tenant concurrency limit).
     slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
+    #: Requests and tokens per minute of each tenant (off unless set; shared through Redis in distributed mode).
+    limits: TenantRateLimits = field(default_factory=lambda: TenantRateLimits(MemoryBucketStore()))
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))

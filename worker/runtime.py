@@ -18,6 +18,8 @@ from app.generation.registry_loading import load_registry
 from app.ids import new_id
 from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.limits.limiter import TenantRateLimits
+from app.limits.redis_store import RedisBucketStore
 from app.observability import tracing
 from app.transport.redis_bus import RedisBus
 from app.transport.redis_queue import ArqQueue, unregister_worker
@@ -61,7 +63,20 @@ class WorkerRuntime:
         if tracing.configure_tracing("llama-responses-worker"):
             tracing.instrument_database(database.engine)
         worker_id = new_id("worker")
-        executor = JobExecutor(pool, database, RedisBus(redis), owner=worker_id, lease_s=settings.lease_s)
+        # The output tokens of each generation are charged to its tenant's limit in Redis, which the API nodes share.
+        limits = TenantRateLimits(
+            RedisBucketStore(redis),
+            requests_per_min=settings.rate_limit_requests_per_min,
+            tokens_per_min=settings.rate_limit_tokens_per_min,
+        )
+        executor = JobExecutor(
+            pool,
+            database,
+            RedisBus(redis),
+            owner=worker_id,
+            lease_s=settings.lease_s,
+            charge_tokens=limits.charge_tokens,
+        )
         reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
         return cls(settings, models, worker_id, redis, database, pool, executor, reconciler, announcements)
 

@@ -40,6 +40,7 @@ async def get_identity(request: Request, runtime: RuntimeDep) -> AsyncIterator[I
     if request.method not in READ_METHODS:
         identity.require_write()
     logs.bind(tenant=identity.tenant)
+    runtime.limits.watch(identity.tenant)  # the response's x-ratelimit-* headers are this tenant's
     with runtime.slots.hold(identity.tenant):
         yield identity
 
@@ -53,6 +54,16 @@ async def get_tenant(identity: IdentityDep) -> str:
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+async def get_working_tenant(runtime: RuntimeDep, tenant: TenantDep) -> str:
+    """The caller's tenant, for a route that does work: the request counts against the tenant's requests per
+    minute (a 429 when they are spent). Reads, deletes and cancels do not count (see docs/operating/rate-limits.md)."""
+    await runtime.limits.admit_request(tenant)
+    return tenant
+
+
+WorkingTenantDep = Annotated[str, Depends(get_working_tenant)]
 
 
 async def get_includes(

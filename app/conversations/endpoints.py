@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.deps import IncludesDep, RuntimeDep, TenantDep
+from app.api.deps import IncludesDep, RuntimeDep, TenantDep, WorkingTenantDep
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.conversations import service
@@ -23,7 +23,7 @@ router = APIRouter()
 
 
 @router.post("/conversations", openapi_extra=json_body(ConversationCreateRequest, required=False))
-async def create_conversation(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> ConversationObject:
+async def create_conversation(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> ConversationObject:
     # Every field is optional: an empty body is an empty conversation.
     body = parse_body(await request.body() or b"{}", ConversationCreateRequest, runtime.settings)
     return await service.create_conversation(runtime, tenant, items=body.items, metadata=body.metadata)
@@ -38,7 +38,7 @@ async def get_conversation(conversation_id: str, runtime: RuntimeDep, tenant: Te
     "/conversations/{conversation_id}", openapi_extra=json_body(ConversationUpdateRequest), responses=errors(404)
 )
 async def update_conversation(
-    conversation_id: str, request: Request, runtime: RuntimeDep, tenant: TenantDep
+    conversation_id: str, request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep
 ) -> ConversationObject:
     body = parse_body(await request.body(), ConversationUpdateRequest, runtime.settings)
     return await service.update_conversation(runtime.database, conversation_id, tenant, body.metadata)
@@ -56,7 +56,7 @@ async def add_items(
     conversation_id: str,
     request: Request,
     runtime: RuntimeDep,
-    tenant: TenantDep,
+    tenant: WorkingTenantDep,
     includes: IncludesDep,
 ) -> ConversationItemList:
     body = parse_body(await request.body(), ItemsCreateRequest, runtime.settings)

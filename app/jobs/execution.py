@@ -15,7 +15,7 @@ import copy
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -40,6 +40,9 @@ from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
 from app.transport.base import EventBus
 
+#: Charges a tenant (the job's) some tokens of its rate limit: app/limits' TenantRateLimits.charge_tokens.
+TokenCharge = Callable[[str, int], Awaitable[None]]
+
 logger = logging.getLogger(__name__)
 
 STORE_FAILED_MESSAGE = "The server could not store this response's final state."
@@ -56,9 +59,17 @@ class Interrupted(enum.Enum):
 
 class JobExecution:
     def __init__(
-        self, job: GenerationJob, database: Database, bus: EventBus, *, owner: str, lease_s: float = DEFAULT_LEASE_S
+        self,
+        job: GenerationJob,
+        database: Database,
+        bus: EventBus,
+        *,
+        owner: str,
+        lease_s: float = DEFAULT_LEASE_S,
+        charge_tokens: TokenCharge | None = None,
     ) -> None:
         self.job = job
+        self.charge_tokens = charge_tokens
         self.database = database
         self.bus = bus
         self.lease_s = lease_s
@@ -152,6 +163,14 @@ class JobExecution:
         return False
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
+        try:
+            await self._end(output)
+        finally:
+            if isinstance(output, Finish):  # after its end is sent: the client never waits on the charge
+                # A takeover's earlier runs never ended, so never charged theirs: all of the output is.
+                await self._charge_output(output.output_tokens + (self.prior_tokens if self.resumed else 0))
+
+    async def _end(self, output: Finish | GenerationFailed) -> None:
         # The assembler before it closes anything: if the final write fails, the response fails from here.
         unfinished = copy.deepcopy(self.assembler)
         if isinstance(output, GenerationFailed):
@@ -185,6 +204,16 @@ class JobExecution:
             logger.exception("could not store the final state of %s", self.job.response_id)
             for event in await self._fail_unstored(unfinished):
                 await self._publish(event)
+
+    async def _charge_output(self, tokens: int) -> None:
+        """The tenant's tokens per minute pay for the output (its prompt was charged when the job was queued).
+        NOTE: a charge that fails is logged and dropped: the response matters more than a minute's count."""
+        if self.charge_tokens is None:
+            return
+        try:
+            await self.charge_tokens(self.job.tenant, tokens)
+        except Exception as error:
+            logger.warning("could not charge %d output tokens of %s: %s", tokens, self.job.response_id, error)
 
     async def _fail_unstored(self, unfinished: ResponseAssembler) -> list[dict[str, Any]]:
         """The final commit failed: end the response failed so that it does not hang, with the output so far
@@ -338,9 +367,18 @@ class JobExecutor:
     (this process): what a transport is handed (app/transport/base.py's JobExecutor)."""
 
     def __init__(
-        self, runner: ModelRunner, database: Database, bus: EventBus, *, owner: str, lease_s: float = DEFAULT_LEASE_S
+        self,
+        runner: ModelRunner,
+        database: Database,
+        bus: EventBus,
+        *,
+        owner: str,
+        lease_s: float = DEFAULT_LEASE_S,
+        charge_tokens: TokenCharge | None = None,
     ) -> None:
         self.runner = runner
+        #: Charges a tenant's rate limit for the output tokens of each generation that ends here.
+        self.charge_tokens = charge_tokens
         self.database = database
         self.bus = bus
         self.owner = owner
@@ -349,7 +387,9 @@ class JobExecutor:
         self.running: dict[str, bool] = {}
 
     async def execute(self, job: GenerationJob) -> None:
-        execution = JobExecution(job, self.database, self.bus, owner=self.owner, lease_s=self.lease_s)
+        execution = JobExecution(
+            job, self.database, self.bus, owner=self.owner, lease_s=self.lease_s, charge_tokens=self.charge_tokens
+        )
         self.running[job.response_id] = execution.background and execution.lease is not None
         try:
             with execution.observer.running():

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from starlette.websockets import WebSocketDisconnect
 
-from app.api.deps import IncludesDep, RuntimeDep, TenantDep
+from app.api.deps import IncludesDep, RuntimeDep, TenantDep, WorkingTenantDep
 from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
@@ -72,7 +72,7 @@ DENIAL_EXTENSION = "websocket.http.response"
 
 # 500: the model could not write the summary.
 @router.post("/responses/compact", openapi_extra=json_body(CompactRequest), responses=errors(500))
-async def compact_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> CompactedResponse:
+async def compact_response(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> CompactedResponse:
     body = parse_body(await request.body(), CompactRequest, runtime.settings, known=KNOWN_COMPACT_FIELDS)
     return await unless_client_leaves(request, compact(runtime, body, tenant))
 
@@ -83,7 +83,7 @@ async def compact_response(request: Request, runtime: RuntimeDep, tenant: Tenant
     openapi_extra=json_body(CreateResponseRequest, fields=COUNT_FIELDS),
     responses=errors(404),
 )
-async def count_tokens(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> InputTokenCount:
+async def count_tokens(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> InputTokenCount:
     body = parse_count_request(await request.body(), runtime.settings)
     return await service.count_input_tokens(body, tenant, runtime)
 
@@ -133,7 +133,7 @@ async def get_responses(
     # 404: the conversation it names; 500: a generation that ended without any result.
     responses={**RESPONSE_OR_EVENTS, **errors(404, 500)},
 )
-async def create_response(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> Response:
+async def create_response(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> Response:
     body = parse_create_request(await request.body(), runtime.settings)
     prepared = await service.prepare(body, tenant, runtime)
     # Hosted tools (web_search, ...) cannot run here; they were left out of what the model sees.

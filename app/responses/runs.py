@@ -60,6 +60,8 @@ async def run_to_final(runtime: Runtime, job: GenerationJob) -> ResponseObject:
     """A job that keeps nothing (a compaction's summary), on the normal path: enqueued, run where the model is,
     its events relayed here until the end."""
     snapshot = ResponseObject.model_validate(job.response)
+    # The summary's prompt is charged to the tenant's tokens per minute as a create's is (its output where it ends).
+    await runtime.limits.admit_tokens(job.tenant, len(job.prompt_tokens))
     events = await start_and_follow(
         runtime, job, RelayMode.UNSTORED, partial(runtime.queue.enqueue, job), snapshot=snapshot
     )

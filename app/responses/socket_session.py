@@ -218,6 +218,8 @@ class ResponsesSocketSession:
         stream_id = create.about.stream_id
         final: dict[str, Any] | None = None
         try:
+            # Each response.create counts as a request, as an HTTP create does (its tokens when it is submitted).
+            await self.runtime.limits.admit_request(self.tenant)
             prepared = await self._prepare(create.request)
             self._running, self._running_forgotten = prepared.response.id, False
             events = await open_stream(self.runtime, prepared, self.tenant)

@@ -56,6 +56,9 @@ async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: 
 
 async def _submit(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
     logs.bind(response_id=prepared.response.id, model=prepared.response.model)
+    # Its prompt, known exactly now, is charged before anything is stored (a 429 leaves nothing behind); its output
+    # is charged where it ends (jobs/execution.py).
+    await runtime.limits.admit_tokens(tenant, len(prepared.job.prompt_tokens))
     if prepared.job.store:
         await _store_new(runtime, prepared, tenant)
     elif prepared.conversation is not None:

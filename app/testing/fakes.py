@@ -17,6 +17,7 @@ from app.generation.runner import ModelRunner
 from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput, PromptRenderer, ScoredPiece
 from app.ids import new_id
 from app.jobs.execution import JobExecutor
+from app.limits.limiter import TenantRateLimits
 from app.main import GenerationFactory
 from app.transport.base import GenerationQueue
 from app.transport.inprocess import InProcessQueue
@@ -24,6 +25,16 @@ from app.transport.memory_bus import MemoryBus
 
 #: What the fake model says, one word a token.
 FAKE_REPLY = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+
+
+class FakeClock:
+    """Seconds that pass only when a test says so (`now_s += ...`): a clock to inject (the rate limits' buckets)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
 
 
 class FakeRenderer:
@@ -159,15 +170,20 @@ def fake_generation(
     renderer, where it needs one): jobs run in this process, as in embedded mode."""
 
     async def build(
-        settings: Settings, registry: ModelRegistry, database: Database
+        settings: Settings, registry: ModelRegistry, database: Database, limits: TenantRateLimits
     ) -> tuple[RendererCache, GenerationQueue]:
         cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
-        return cache, in_process_queue(runner, database, settings)
+        return cache, in_process_queue(runner, database, settings, limits)
 
     return build
 
 
-def in_process_queue(runner: ModelRunner, database: Database, settings: Settings) -> InProcessQueue:
-    """Embedded mode's queue on `runner`: its jobs run by this process's executor."""
+def in_process_queue(
+    runner: ModelRunner, database: Database, settings: Settings, limits: TenantRateLimits | None = None
+) -> InProcessQueue:
+    """Embedded mode's queue on `runner`: its jobs run by this process's executor (which charges each
+    generation's output tokens to `limits`)."""
     bus = MemoryBus()
-    return InProcessQueue(JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s), bus)
+    charge = limits.charge_tokens if limits is not None else None
+    executor = JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=charge)
+    return InProcessQueue(executor, bus)

@@ -63,7 +63,7 @@ class Models:
 
     def generation(self, max_models: int, queue: type[InProcessQueue] = InProcessQueue):
         async def build(
-            settings: Settings, registry: ModelRegistry, database: Database
+            settings: Settings, registry: ModelRegistry, database: Database, limits: object
         ) -> tuple[RendererCache, GenerationQueue]:
             pool = ModelPool(registry, self.load, max_models=max_models)
             cache = RendererCache(lambda spec: self.renderers[spec.id])
