@@ -8,6 +8,8 @@ from app.db.models.output_item import OutputItemRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
+from app.db.models.webhook_delivery import WebhookDeliveryRow
+from app.db.models.webhook_endpoint import WebhookEndpointRow
 
 __all__ = [
     "ConversationItemRow",
@@ -18,4 +20,6 @@ __all__ = [
     "ResponseEventRow",
     "ResponseRow",
     "ServerSecretRow",
+    "WebhookDeliveryRow",
+    "WebhookEndpointRow",
 ]
