@@ -37,6 +37,8 @@ from app.secrets.keys import load_sealer
 from app.served_models import endpoints as served_models
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
+from app.webhooks import endpoints as webhooks
+from app.webhooks.delivery import WebhookDeliverer
 
 logger = logging.getLogger(__name__)
 
@@ -89,13 +91,14 @@ def create_app(
             tracing.instrument_database(database.engine)
         registry = load_registry(settings)
         renderers, queue = await build(settings, registry, database)
+        sealer = await load_sealer(settings, database)
         app.state.runtime = Runtime(
             settings=settings,
             models=registry,
             database=database,
             renderers=renderers,
             queue=queue,
-            sealer=await load_sealer(settings, database),
+            sealer=sealer,
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
         )
         maintenance: list[asyncio.Task[None]] = []
@@ -116,6 +119,12 @@ def create_app(
         # client's stream ended) even when no worker is alive to notice.
         reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
         maintenance.append(asyncio.create_task(reconcile))
+        # Webhook deliveries from every API node (and every worker): whichever process is alive sends them.
+        deliverer = WebhookDeliverer(database, sealer, settings)
+        interval_s = settings.webhook_delivery_interval_s
+        # The first round one interval after start, not at once: the start-up (reconciliation) goes first.
+        deliver = run_periodically("delivering webhooks", interval_s, deliverer.run_round, first_delay_s=interval_s)
+        maintenance.append(asyncio.create_task(deliver))
         try:
             yield
         finally:
@@ -135,7 +144,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models):
+    for module in (responses, conversations, served_models, webhooks):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

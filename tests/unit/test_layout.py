@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "app.transport": {"app.config", "app.generation", "app.events"},
     "app.items": {"app.db", "app.errors", "app.generation", "app.ids", "app.schemas", "app.secrets"},
     "app.runtime": {"app.config", "app.db", "app.generation", "app.secrets", "app.tenants", "app.transport"},
+    "app.outbound": set(),
     "app.api": {
         "app.config",
         "app.errors",
@@ -51,6 +52,18 @@ ALLOWED: dict[str, set[str]] = {
         "app.runtime",
         "app.schemas",
     },
+    "app.webhooks": {
+        "app.api",
+        "app.config",
+        "app.db",
+        "app.errors",
+        "app.ids",
+        "app.observability",
+        "app.outbound",
+        "app.runtime",
+        "app.schemas",
+        "app.secrets",
+    },
     "app.jobs": {
         "app.config",
         "app.conversations",
@@ -63,6 +76,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.observability",
         "app.schemas",
         "app.transport",
+        "app.webhooks",
     },
     "app.responses": {
         "app.api",
@@ -105,7 +119,9 @@ ALLOWED: dict[str, set[str]] = {
         "app.jobs",
         "app.observability",
         "app.ops",
+        "app.secrets",
         "app.transport",
+        "app.webhooks",
     },
 }
 #: Packages that compose the others: they may import any of them (app.cli the worker too); no package of
