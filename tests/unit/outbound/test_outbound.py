@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +136,57 @@ async def test_post_refuses_what_the_checks_refuse() -> None:
         with pytest.raises(OutboundRefused):
             await post(f"http://localhost:{receiver.port}/hook", b"{}", {}, allowed=NOBODY)
     assert receiver.requests == []
+
+
+def _self_signed(name: str, directory: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_https_goes_to_the_checked_address_with_the_name_as_sni(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The TLS handshake to the pinned IP names the host (SNI), so that the certificate is checked against the name:
+    a self-signed one is refused (certificates are verified), after the server saw the name."""
+    cert, key = _self_signed("hooks.test", tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    context.sni_callback = lambda _socket, name, _context: names.append(name)  # type: ignore[assignment,func-returns-value]
+    server = await asyncio.start_server(lambda _reader, writer: writer.close(), "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    real = asyncio.get_running_loop().getaddrinfo
+
+    async def lookup(host: str, port_: int, **kwargs: object) -> Sequence[tuple[object, ...]]:
+        if host == "hooks.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port_))]
+        return await real(host, port_, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", lookup)
+    async with server:
+        with pytest.raises(OutboundFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+            await post(f"https://hooks.test:{port}/hook", b"{}", {}, allowed=LOOPBACK)
+    assert names == ["hooks.test"]
