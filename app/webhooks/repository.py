@@ -213,3 +213,16 @@ async def page_deliveries(
 ) -> tuple[list[WebhookDeliveryRow], bool]:
     query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.endpoint_id == endpoint_id)
     return await _page(session, WebhookDeliveryRow, query, limit=limit, order=order, after=after)
+
+
+async def delete_finished(session: AsyncSession, *, created_before: datetime, limit: int) -> int:
+    """Drop up to `limit` delivered or failed deliveries created before `created_before`; how many."""
+    old = (
+        select(WebhookDeliveryRow.id)
+        .where(WebhookDeliveryRow.status != "pending", WebhookDeliveryRow.created_at < created_before)
+        .limit(limit)
+    )
+    ids = list((await session.execute(old)).scalars())
+    if not ids:
+        return 0
+    return _updated(await session.execute(delete(WebhookDeliveryRow).where(WebhookDeliveryRow.id.in_(ids))))
