@@ -372,3 +372,33 @@ async def test_finished_deliveries_older_than_the_retention_are_dropped(
     assert await deliverer(app_runtime).prune() == 2
     # A pending one is kept however old (the retry window gives it up); a recent finished one too.
     assert {row.id for row in await stored(app_runtime)} == {rows[2].id, rows[3].id}
+
+
+async def test_an_attempt_whose_process_died_is_made_again_and_the_late_writer_is_fenced(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """A process claims a delivery and dies mid-attempt: once its claim runs out another process sends it (at
+    least once, the same webhook-id); the dead claim's outcome, written late, changes nothing."""
+    with running_receiver() as receiver:
+        made = await endpoint(client, receiver.url, "batch.completed")
+        async with app_runtime.database.transaction() as session:
+            [delivery_id] = await record_event(
+                session, tenant=OPEN_TENANT, event_type="batch.completed", object_id="batch_1"
+            )
+        now = utc_now()
+        async with app_runtime.database.transaction() as session:
+            [claimed] = await repository.claim_due(
+                session, token="dead", now=now, claimed_until=now + timedelta(seconds=0.3), limit=10
+            )
+        survivor = deliverer(app_runtime)
+        assert await survivor.run_round() == 0  # still claimed by the dead process
+        await asyncio.sleep(0.35)
+        assert await survivor.run_round() == 1
+        [request] = receiver.requests
+    assert request.headers["webhook-id"] == claimed.id == delivery_id
+    assert unwrap(request, made["signing_secret"]).data.id == "batch_1"  # type: ignore[attr-defined]
+    async with app_runtime.database.transaction() as session:
+        late = {"status": "failed", "last_error": "written by the dead claim"}
+        assert not await repository.finish_attempt(session, delivery_id, token="dead", values=late)
+    [row] = await stored(app_runtime)
+    assert row.status == "delivered" and row.attempts == 2 and row.last_error is None
