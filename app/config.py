@@ -253,6 +253,30 @@ class Settings(BaseSettings):
         False, description="Serve /metrics without a key on a keyed server (for a scraper on a private network)."
     )
 
+    outbound_allowed_hosts: str = Field(
+        "",
+        description="Hosts that webhook deliveries (and other calls the server makes for a client) may reach although "
+        "they are not public: comma-separated host names, IPs and CIDRs (e.g. 'hooks.internal,10.1.0.0/16'). "
+        "Every other private, loopback, link-local (cloud metadata) or reserved address is refused.",
+    )
+    webhook_retry_window_s: float = Field(
+        72 * 3600,
+        gt=0,
+        description="How long a webhook delivery is retried (exponential backoff with jitter) before it is given up; "
+        "an endpoint whose deliveries have failed without a success for this long is disabled.",
+    )
+    webhook_secret_grace_s: float = Field(
+        24 * 3600,
+        ge=0,
+        description="After a rotation asked to keep the old secret active (keep_old_secret_active_for_24_hours), how "
+        "long deliveries carry a signature with the old secret beside the new one.",
+    )
+    webhook_delivery_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often each API node and worker looks for webhook deliveries that are due.",
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

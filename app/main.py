@@ -44,6 +44,8 @@ from app.served_models import endpoints as served_models
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
+from app.webhooks import endpoints as webhooks
+from app.webhooks.delivery import WebhookDeliverer
 
 logger = logging.getLogger(__name__)
 
@@ -114,13 +116,14 @@ def create_app(
         registry = load_registry(settings)
         limits = build_rate_limits(settings)
         renderers, queue = await build(settings, registry, database, limits)
+        sealer = await load_sealer(settings, database)
         app.state.runtime = Runtime(
             settings=settings,
             models=registry,
             database=database,
             renderers=renderers,
             queue=queue,
-            sealer=await load_sealer(settings, database),
+            sealer=sealer,
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
@@ -143,6 +146,12 @@ def create_app(
         # client's stream ended) even when no worker is alive to notice.
         reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
         maintenance.append(asyncio.create_task(reconcile))
+        # Webhook deliveries from every API node (and every worker): whichever process is alive sends them.
+        deliverer = WebhookDeliverer(database, sealer, settings)
+        interval_s = settings.webhook_delivery_interval_s
+        # The first round one interval after start, not at once: the start-up (reconciliation) goes first.
+        deliver = run_periodically("delivering webhooks", interval_s, deliverer.run_round, first_delay_s=interval_s)
+        maintenance.append(asyncio.create_task(deliver))
         try:
             yield
         finally:
@@ -165,7 +174,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models, keys):
+    for module in (responses, conversations, served_models, keys, webhooks):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

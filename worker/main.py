@@ -22,6 +22,7 @@ from app.config import Settings
 from app.generation.engine import concurrency
 from app.generation.job import GenerationJob
 from app.observability.metrics import REDIS_ERRORS
+from app.ops.periodic import run_periodically
 from app.transport.redis_queue import (
     AFFINITY_TTL_S,
     GENERATE_TASK,
@@ -155,6 +156,13 @@ async def startup(
         "signal listener": partial(listen_for_signals, runtime.redis, announcements, runtime.executor.cancel),
         "heartbeat": partial(beat, runtime.redis, runtime.worker_id, models),
         "reconciler": partial(reconcile_forever, runtime.reconciler, settings.reconcile_interval_s),
+        "webhook delivery": partial(
+            run_periodically,
+            "delivering webhooks",
+            settings.webhook_delivery_interval_s,
+            runtime.webhooks.run_round,
+            first_delay_s=settings.webhook_delivery_interval_s,
+        ),
     }
     # The main arq worker takes the first model's queue; these take the others' and this worker's own.
     for queue_name in [*(model_queue(model) for model in models[1:]), worker_queue(runtime.worker_id)]:

@@ -21,8 +21,10 @@ from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.limits.limiter import TenantRateLimits
 from app.limits.redis_store import RedisBucketStore
 from app.observability import tracing
+from app.secrets.keys import load_sealer
 from app.transport.redis_bus import RedisBus
 from app.transport.redis_queue import ArqQueue, unregister_worker
+from app.webhooks.delivery import WebhookDeliverer
 from worker.tasks import JobAnnouncements
 
 #: The arq ctx key of the WorkerRuntime (arq's own `redis` sits beside it).
@@ -40,6 +42,8 @@ class WorkerRuntime:
     pool: ModelPool
     executor: JobExecutor
     reconciler: Reconciler
+    #: Sends due webhook deliveries (every worker and API node does).
+    webhooks: WebhookDeliverer
     #: Jobs announced on each queue: its arq worker polls at once.
     announcements: JobAnnouncements
     #: The supervised background tasks (signals, heartbeat, reconciler, the other queues' workers).
@@ -78,7 +82,8 @@ class WorkerRuntime:
             charge_tokens=limits.charge_tokens,
         )
         reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
-        return cls(settings, models, worker_id, redis, database, pool, executor, reconciler, announcements)
+        webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)
+        return cls(settings, models, worker_id, redis, database, pool, executor, reconciler, webhooks, announcements)
 
     async def close(self) -> None:
         for task in self.background:

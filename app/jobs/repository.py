@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, null, or_, select, upd
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
+from app.webhooks.outbox import record_response_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +143,21 @@ async def _drop_progress(session: AsyncSession, response_id: str) -> None:
     await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
 
 
+async def _ended(session: AsyncSession, response_id: str) -> None:
+    """What follows a response's end in the same unit of work, whoever ended it: its progress dropped, and its
+    webhook event written to the outbox (committed with the final state, or not at all)."""
+    await _drop_progress(session, response_id)
+    query = select(ResponseRow.tenant, ResponseRow.status, ResponseRow.background).where(ResponseRow.id == response_id)
+    tenant, status, background = (await session.execute(query)).one()
+    await record_response_end(session, tenant=tenant, response_id=response_id, status=status, background=background)
+
+
 async def finish_held(session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]) -> bool:
     """The final state of a response whose job `holder` still holds; the job and its progress are dropped."""
     final = {**values, "job": null(), "lease_expires_at": None}
     if not await _update(session, final, ResponseRow.id == response_id, _held_by(holder)):
         return False
-    await _drop_progress(session, response_id)
+    await _ended(session, response_id)
     return True
 
 
@@ -156,7 +166,7 @@ async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, 
     final = {**values, "job": null(), "lease_expires_at": None}
     if not await _update(session, final, ResponseRow.id == response_id, _unheld(now)):
         return False
-    await _drop_progress(session, response_id)
+    await _ended(session, response_id)
     return True
 
 

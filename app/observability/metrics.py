@@ -150,6 +150,28 @@ REDIS_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+WEBHOOK_DELIVERED = Counter(
+    f"{PREFIX}_webhook_deliveries_delivered_total",
+    "Webhook deliveries a receiver accepted (a 2xx answer).",
+    registry=REGISTRY,
+)
+WEBHOOK_FAILED = Counter(
+    f"{PREFIX}_webhook_deliveries_failed_total",
+    "Webhook deliveries given up: retried for the whole retry window, or their endpoint was disabled or deleted.",
+    registry=REGISTRY,
+)
+WEBHOOK_RETRIES = Counter(
+    f"{PREFIX}_webhook_retries_total",
+    "Webhook attempts that failed (no answer, a non-2xx answer, an address refused) and will be tried again.",
+    registry=REGISTRY,
+)
+WEBHOOK_LAG = Histogram(
+    f"{PREFIX}_webhook_delivery_lag_seconds",
+    "From an event's creation (its object's end) to the receiver accepting it, retries included.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400, 259200),
+    registry=REGISTRY,
+)
+
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

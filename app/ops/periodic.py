@@ -12,9 +12,12 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 
 
-async def run_periodically(name: str, interval_s: float, job: Callable[[], Awaitable[object]]) -> None:
-    """Run `job` every `interval_s` until cancelled. A failure (a database blip) is logged and retried with
-    backoff: one error never ends the loop, as it would an unwatched task."""
+async def run_periodically(
+    name: str, interval_s: float, job: Callable[[], Awaitable[object]], *, first_delay_s: float = 0.0
+) -> None:
+    """Run `job` every `interval_s` (the first time after `first_delay_s`) until cancelled. A failure (a database
+    blip) is logged and retried with backoff: one error never ends the loop, as it would an unwatched task."""
+    await asyncio.sleep(first_delay_s)
     failures = 0
     while True:
         try:

@@ -39,6 +39,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.tenants",
         "app.transport",
     },
+    "app.outbound": set(),
     "app.api": {
         "app.config",
         "app.errors",
@@ -60,6 +61,18 @@ ALLOWED: dict[str, set[str]] = {
         "app.runtime",
         "app.schemas",
     },
+    "app.webhooks": {
+        "app.api",
+        "app.config",
+        "app.db",
+        "app.errors",
+        "app.ids",
+        "app.observability",
+        "app.outbound",
+        "app.runtime",
+        "app.schemas",
+        "app.secrets",
+    },
     "app.jobs": {
         "app.config",
         "app.conversations",
@@ -72,6 +85,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.observability",
         "app.schemas",
         "app.transport",
+        "app.webhooks",
     },
     "app.keys": {
         "app.api",
@@ -125,7 +139,9 @@ ALLOWED: dict[str, set[str]] = {
         "app.limits",
         "app.observability",
         "app.ops",
+        "app.secrets",
         "app.transport",
+        "app.webhooks",
     },
 }
 #: Packages that compose the others: they may import any of them (app.cli the worker too); no package of

@@ -10,6 +10,8 @@ from app.db.models.project import ProjectRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
+from app.db.models.webhook_delivery import WebhookDeliveryRow
+from app.db.models.webhook_endpoint import WebhookEndpointRow
 
 __all__ = [
     "ApiKeyRow",
@@ -22,4 +24,6 @@ __all__ = [
     "ResponseEventRow",
     "ResponseRow",
     "ServerSecretRow",
+    "WebhookDeliveryRow",
+    "WebhookEndpointRow",
 ]

@@ -27,6 +27,10 @@ BODIES = {
     ("post", "/v1/conversations/{conversation_id}"): True,
     ("post", "/v1/conversations/{conversation_id}/items"): True,
     ("post", "/v1/keys"): True,
+    ("post", "/v1/webhook_endpoints"): True,
+    ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}"): False,
+    ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/rotate_secret"): False,
+    ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/test"): True,
 }
 
 

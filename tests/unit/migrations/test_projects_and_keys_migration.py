@@ -11,7 +11,7 @@ from alembic import command
 
 from app.db.migrations import alembic_config
 
-BEFORE = "20261128_0008"
+BEFORE = "20261129_0009"
 REVISION = "20261202_0012"
 
 

@@ -1,0 +1,198 @@
+"""Delivering the outbox: every API node and worker runs rounds (app/main.py, worker/main.py) that claim due
+deliveries (one process an attempt: app/webhooks/repository.claim_due), POST each signed, through app/outbound, and
+store the outcome: a 2xx is delivered; anything else is retried with exponential backoff and jitter, under the
+same webhook-id, until the retry window has passed since the event; an endpoint that has failed without a success
+for that whole window is disabled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.db.models import WebhookDeliveryRow, WebhookEndpointRow
+from app.db.session import Database
+from app.ids import new_id
+from app.observability.metrics import WEBHOOK_DELIVERED, WEBHOOK_FAILED, WEBHOOK_LAG, WEBHOOK_RETRIES
+from app.outbound.addresses import AllowedHosts, OutboundRefused
+from app.outbound.client import TIMEOUT_S, OutboundAnswer, OutboundFailed, post
+from app.secrets.sealer import ContentSealer
+from app.webhooks import repository
+from app.webhooks.signing import signed_headers
+
+logger = logging.getLogger(__name__)
+
+#: The purpose a signing secret is sealed for (with its tenant).
+SECRET_PURPOSE = "webhook_secret"
+#: Deliveries one round claims (sent at once).
+ROUND_SIZE = 16
+#: How often a process drops finished deliveries older than the retention (RESPONSES_RETENTION_DAYS), and how many
+#: at most each time.
+PRUNE_INTERVAL_S = 600.0
+PRUNE_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    retry_window_s: float
+    #: The wait after the first failed attempt; it doubles with each one, up to max_retry_s, then jittered.
+    first_retry_s: float = 5.0
+    max_retry_s: float = 3600.0
+    #: How long a claim holds a delivery: longer than an attempt may take, so that only a claimer that died
+    #: leaves it due again (it is then sent again: at least once).
+    claim_s: float = TIMEOUT_S * 6
+    timeout_s: float = TIMEOUT_S
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeliveryPolicy:
+        return cls(retry_window_s=settings.webhook_retry_window_s)
+
+    def retry_delay_s(self, attempts: int) -> float:
+        """After `attempts` failed attempts: exponential, capped, with jitter (half to all of it) so that the
+        retries of many deliveries to one receiver that was down do not arrive together."""
+        backoff = min(self.first_retry_s * 2.0 ** max(attempts - 1, 0), self.max_retry_s)
+        return backoff * random.uniform(0.5, 1.0)
+
+
+def signing_secrets(sealer: ContentSealer, endpoint: WebhookEndpointRow, now: datetime) -> list[str]:
+    """The endpoint's secret, and the one before it while a rotation's grace period lasts."""
+    secrets = [sealer.open(endpoint.sealed_secret, purpose=SECRET_PURPOSE, tenant=endpoint.tenant)["secret"]]
+    if endpoint.previous_sealed_secret and endpoint.previous_secret_until and endpoint.previous_secret_until > now:
+        previous = sealer.open(endpoint.previous_sealed_secret, purpose=SECRET_PURPOSE, tenant=endpoint.tenant)
+        secrets.append(previous["secret"])
+    return secrets
+
+
+async def send(
+    sealer: ContentSealer,
+    endpoint: WebhookEndpointRow,
+    webhook_id: str,
+    body: str,
+    *,
+    allowed: AllowedHosts,
+    timeout_s: float = TIMEOUT_S,
+) -> OutboundAnswer:
+    """One signed POST of `body` to the endpoint (signed now: the timestamp is this attempt's)."""
+    now = utc_now()
+    headers = signed_headers(signing_secrets(sealer, endpoint, now), webhook_id, int(now.timestamp()), body)
+    headers["user-agent"] = "llama-responses-webhooks"
+    return await post(endpoint.url, body.encode(), headers, allowed=allowed, timeout_s=timeout_s)
+
+
+class WebhookDeliverer:
+    """Runs delivery rounds for one process."""
+
+    def __init__(
+        self, database: Database, sealer: ContentSealer, settings: Settings, policy: DeliveryPolicy | None = None
+    ) -> None:
+        self.database = database
+        self.sealer = sealer
+        self.allowed = AllowedHosts.parse(settings.outbound_allowed_hosts)
+        self.policy = policy or DeliveryPolicy.from_settings(settings)
+        #: Finished deliveries are kept as long as responses are (0: forever).
+        self.retention_s = settings.retention_days * 86400
+        self._next_prune = 0.0
+
+    async def run_round(self) -> int:
+        """Claim the due deliveries (ROUND_SIZE at most) and attempt each; how many were attempted."""
+        token = new_id("claim")
+        now = utc_now()
+        async with self.database.transaction() as session:
+            claimed = await repository.claim_due(
+                session,
+                token=token,
+                now=now,
+                claimed_until=now + timedelta(seconds=self.policy.claim_s),
+                limit=ROUND_SIZE,
+            )
+            endpoints = await repository.endpoints_by_id(session, list({row.endpoint_id for row in claimed}))
+        await asyncio.gather(*(self._attempt(row, endpoints.get(row.endpoint_id), token) for row in claimed))
+        if self.retention_s and time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
+            await self.prune()
+        return len(claimed)
+
+    async def prune(self) -> int:
+        """Drop delivered and failed deliveries older than the retention (a batch of them); how many."""
+        async with self.database.transaction() as session:
+            return await repository.delete_finished(
+                session, created_before=utc_now() - timedelta(seconds=self.retention_s), limit=PRUNE_BATCH
+            )
+
+    async def _attempt(self, row: WebhookDeliveryRow, endpoint: WebhookEndpointRow | None, token: str) -> None:
+        answer: OutboundAnswer | None = None
+        error: str | None = None
+        if endpoint is None or endpoint.status != "enabled":
+            await self._store(row, token, {"status": "failed", "last_error": "The endpoint is disabled or deleted."})
+            WEBHOOK_FAILED.inc()
+            return
+        try:
+            answer = await send(
+                self.sealer, endpoint, row.id, row.body, allowed=self.allowed, timeout_s=self.policy.timeout_s
+            )
+        except (OutboundRefused, OutboundFailed) as failure:
+            error = str(failure)
+        except Exception as failure:  # a bug must not stop the round: the attempt is retried
+            logger.exception("webhook delivery %s failed", row.id)
+            error = f"internal error: {type(failure).__name__}"
+        now = utc_now()
+        values: dict[str, Any] = {
+            "last_status_code": answer.status_code if answer else None,
+            "last_response_excerpt": answer.excerpt if answer else None,
+            "last_error": error,
+        }
+        delivered = answer is not None and 200 <= answer.status_code < 300
+        if delivered:
+            values.update(status="delivered", delivered_at=now)
+        elif answer is not None:
+            values["last_error"] = f"The endpoint answered HTTP {answer.status_code}."
+        if not delivered:
+            if (now - row.created_at).total_seconds() >= self.policy.retry_window_s:
+                values["status"] = "failed"
+            else:
+                values["next_attempt_at"] = now + timedelta(seconds=self.policy.retry_delay_s(row.attempts))
+        if not await self._store(row, token, values, endpoint=endpoint, succeeded=delivered):
+            return
+        if delivered:
+            WEBHOOK_DELIVERED.inc()
+            WEBHOOK_LAG.observe(max(time.time() - row.created_at.timestamp(), 0.0))
+        elif values.get("status") == "failed":
+            WEBHOOK_FAILED.inc()
+        else:
+            WEBHOOK_RETRIES.inc()
+
+    async def _store(
+        self,
+        row: WebhookDeliveryRow,
+        token: str,
+        values: dict[str, Any],
+        *,
+        endpoint: WebhookEndpointRow | None = None,
+        succeeded: bool = False,
+    ) -> bool:
+        """The attempt's outcome, if this round still holds the delivery; the endpoint's failing streak with it."""
+        now = utc_now()
+        async with self.database.transaction() as session:
+            if not await repository.finish_attempt(session, row.id, token=token, values=values):
+                return False
+            if endpoint is not None:
+                disabled = await repository.record_endpoint_outcome(
+                    session,
+                    endpoint.id,
+                    succeeded=succeeded,
+                    now=now,
+                    disable_failing_since=now - timedelta(seconds=self.policy.retry_window_s),
+                )
+                if disabled:
+                    logger.warning(
+                        "webhook endpoint %s disabled: its deliveries failed for %.0f s",
+                        endpoint.id,
+                        self.policy.retry_window_s,
+                    )
+        return True

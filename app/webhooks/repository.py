@@ -1,0 +1,228 @@
+"""Queries on webhook endpoints and their deliveries: the CRUD of endpoints, the outbox's inserts, the claim of due
+deliveries (one process an attempt), an attempt's outcome, and the pages of both lists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import WebhookDeliveryRow, WebhookEndpointRow
+
+Row = TypeVar("Row", WebhookEndpointRow, WebhookDeliveryRow)
+
+
+def _updated(result: object) -> int:
+    return int(getattr(result, "rowcount", 0))
+
+
+async def _page(
+    session: AsyncSession,
+    model: type[Row],
+    query: Select[Row],
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after: Row | None,
+) -> tuple[list[Row], bool]:
+    """One page of `query` in `order` of creation (ties broken by id, so a cursor never skips nor repeats)."""
+    if after is not None:
+        if order == "desc":
+            query = query.where(
+                or_(
+                    model.created_at < after.created_at, and_(model.created_at == after.created_at, model.id < after.id)
+                )
+            )
+        else:
+            query = query.where(
+                or_(
+                    model.created_at > after.created_at, and_(model.created_at == after.created_at, model.id > after.id)
+                )
+            )
+    if order == "desc":
+        query = query.order_by(model.created_at.desc(), model.id.desc())
+    else:
+        query = query.order_by(model.created_at.asc(), model.id.asc())
+    rows = list((await session.execute(query.limit(limit + 1))).scalars())
+    return rows[:limit], len(rows) > limit
+
+
+# Endpoints
+
+
+async def insert_endpoint(session: AsyncSession, row: WebhookEndpointRow) -> None:
+    session.add(row)
+    await session.flush()
+
+
+async def get_endpoint(session: AsyncSession, endpoint_id: str, tenant: str) -> WebhookEndpointRow | None:
+    query = select(WebhookEndpointRow).where(WebhookEndpointRow.id == endpoint_id, WebhookEndpointRow.tenant == tenant)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def page_endpoints(
+    session: AsyncSession, tenant: str, *, limit: int, order: Literal["asc", "desc"], after: WebhookEndpointRow | None
+) -> tuple[list[WebhookEndpointRow], bool]:
+    query = select(WebhookEndpointRow).where(WebhookEndpointRow.tenant == tenant)
+    return await _page(session, WebhookEndpointRow, query, limit=limit, order=order, after=after)
+
+
+async def update_endpoint(session: AsyncSession, endpoint_id: str, tenant: str, values: dict[str, Any]) -> bool:
+    query = (
+        update(WebhookEndpointRow)
+        .where(WebhookEndpointRow.id == endpoint_id, WebhookEndpointRow.tenant == tenant)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return _updated(await session.execute(query)) == 1
+
+
+async def delete_endpoint(session: AsyncSession, endpoint_id: str, tenant: str) -> bool:
+    """The endpoint and its deliveries (those still pending are not sent)."""
+    if await get_endpoint(session, endpoint_id, tenant) is None:
+        return False
+    await session.execute(delete(WebhookDeliveryRow).where(WebhookDeliveryRow.endpoint_id == endpoint_id))
+    await session.execute(delete(WebhookEndpointRow).where(WebhookEndpointRow.id == endpoint_id))
+    return True
+
+
+async def subscribed_endpoints(session: AsyncSession, tenant: str, event_type: str) -> list[str]:
+    """The ids of the tenant's enabled endpoints that take `event_type` (filtered here: JSON arrays are queried
+    differently by every database, and a tenant has few endpoints)."""
+    query = select(WebhookEndpointRow.id, WebhookEndpointRow.event_types).where(
+        WebhookEndpointRow.tenant == tenant, WebhookEndpointRow.status == "enabled"
+    )
+    return [endpoint_id for endpoint_id, types in (await session.execute(query)).all() if event_type in types]
+
+
+async def endpoints_by_id(session: AsyncSession, endpoint_ids: Sequence[str]) -> dict[str, WebhookEndpointRow]:
+    query = select(WebhookEndpointRow).where(WebhookEndpointRow.id.in_(endpoint_ids))
+    return {row.id: row for row in (await session.execute(query)).scalars()}
+
+
+async def record_endpoint_outcome(
+    session: AsyncSession, endpoint_id: str, *, succeeded: bool, now: datetime, disable_failing_since: datetime
+) -> bool:
+    """A success clears the endpoint's failing streak; a failure starts one (or goes on with it), and disables the
+    endpoint when the streak began before `disable_failing_since`. Whether it was disabled now."""
+    endpoint = WebhookEndpointRow
+    if succeeded:
+        await session.execute(
+            update(endpoint)
+            .where(endpoint.id == endpoint_id, endpoint.failing_since.is_not(None))
+            .values(failing_since=None)
+            .execution_options(synchronize_session=False)
+        )
+        return False
+    await session.execute(
+        update(endpoint)
+        .where(endpoint.id == endpoint_id, endpoint.failing_since.is_(None))
+        .values(failing_since=now)
+        .execution_options(synchronize_session=False)
+    )
+    disabled = await session.execute(
+        update(endpoint)
+        .where(
+            endpoint.id == endpoint_id,
+            endpoint.status == "enabled",
+            endpoint.failing_since <= disable_failing_since,
+        )
+        .values(status="disabled", updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return _updated(disabled) == 1
+
+
+# Deliveries
+
+
+async def insert_deliveries(session: AsyncSession, rows: Sequence[WebhookDeliveryRow]) -> None:
+    session.add_all(rows)
+    await session.flush()
+
+
+async def claim_due(
+    session: AsyncSession, *, token: str, now: datetime, claimed_until: datetime, limit: int
+) -> list[WebhookDeliveryRow]:
+    """Claim up to `limit` due deliveries for one attempt each: their next attempt moves to `claimed_until` (when
+    a claimer that died leaves them due again) under `token`. The update is conditional on the row being due still,
+    so of two processes claiming at once (SQLite, or Postgres without the row locks) one gets each row; on Postgres
+    SKIP LOCKED also lets them pick different rows instead of waiting on each other."""
+    due = (
+        select(WebhookDeliveryRow.id)
+        .where(WebhookDeliveryRow.status == "pending", WebhookDeliveryRow.next_attempt_at <= now)
+        .order_by(WebhookDeliveryRow.next_attempt_at)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    ids = list((await session.execute(due)).scalars())
+    if not ids:
+        return []
+    await session.execute(
+        update(WebhookDeliveryRow)
+        .where(
+            WebhookDeliveryRow.id.in_(ids),
+            WebhookDeliveryRow.status == "pending",
+            WebhookDeliveryRow.next_attempt_at <= now,
+        )
+        .values(
+            claim_token=token,
+            next_attempt_at=claimed_until,
+            attempts=WebhookDeliveryRow.attempts + 1,
+            last_attempt_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    claimed = select(WebhookDeliveryRow).where(WebhookDeliveryRow.claim_token == token)
+    return list((await session.execute(claimed.execution_options(populate_existing=True))).scalars())
+
+
+async def finish_attempt(session: AsyncSession, delivery_id: str, *, token: str, values: dict[str, Any]) -> bool:
+    """Store an attempt's outcome if the claim is still `token`'s (else a later claim owns the delivery now)."""
+    query = (
+        update(WebhookDeliveryRow)
+        .where(
+            WebhookDeliveryRow.id == delivery_id,
+            WebhookDeliveryRow.claim_token == token,
+            WebhookDeliveryRow.status == "pending",
+        )
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return _updated(await session.execute(query)) == 1
+
+
+async def get_delivery(session: AsyncSession, delivery_id: str, endpoint_id: str) -> WebhookDeliveryRow | None:
+    query = select(WebhookDeliveryRow).where(
+        WebhookDeliveryRow.id == delivery_id, WebhookDeliveryRow.endpoint_id == endpoint_id
+    )
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def page_deliveries(
+    session: AsyncSession,
+    endpoint_id: str,
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after: WebhookDeliveryRow | None,
+) -> tuple[list[WebhookDeliveryRow], bool]:
+    query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.endpoint_id == endpoint_id)
+    return await _page(session, WebhookDeliveryRow, query, limit=limit, order=order, after=after)
+
+
+async def delete_finished(session: AsyncSession, *, created_before: datetime, limit: int) -> int:
+    """Drop up to `limit` delivered or failed deliveries created before `created_before`; how many."""
+    old = (
+        select(WebhookDeliveryRow.id)
+        .where(WebhookDeliveryRow.status != "pending", WebhookDeliveryRow.created_at < created_before)
+        .limit(limit)
+    )
+    ids = list((await session.execute(old)).scalars())
+    if not ids:
+        return 0
+    return _updated(await session.execute(delete(WebhookDeliveryRow).where(WebhookDeliveryRow.id.in_(ids))))

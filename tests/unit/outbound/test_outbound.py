@@ -1,0 +1,192 @@
+"""Outbound safety: only http(s), only public addresses unless allowed (names resolving inside the network
+included), the connection made to the address checked, no redirect followed, a bounded time and answer."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.outbound import addresses
+from app.outbound.addresses import AllowedHosts, OutboundRefused, check_url, is_public, resolve
+from app.outbound.client import EXCERPT_BYTES, OutboundFailed, post
+from app.testing.receiver import free_port, running_receiver
+
+NOBODY = AllowedHosts()
+LOOPBACK = AllowedHosts.parse("127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/hook",
+        "file:///etc/passwd",
+        "gopher://example.com/",
+        "http:///nohost",
+        "https://",
+        "not a url",
+        "http://user:pass@example.com/",
+        "http://127.0.0.1/hook",
+        "http://127.1.2.3:8080/",
+        "http://10.0.0.1/",
+        "http://172.16.5.5/",
+        "http://192.168.1.1/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://100.64.0.1/",
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+        "http://240.0.0.1/",
+        "http://[::1]/",
+        "http://[::]/",
+        "http://[fe80::1]/",
+        "http://[fc00::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[ff02::1]/",
+    ],
+)
+def test_urls_that_can_never_be_delivered_to_are_refused(url: str) -> None:
+    with pytest.raises(OutboundRefused):
+        check_url(url, NOBODY)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://example.com/hook", "http://93.184.216.34:8080/x?y=1", "https://[2606:4700::1111]/"]
+)
+def test_public_urls_pass_the_static_check(url: str) -> None:
+    check_url(url, NOBODY)
+
+
+def test_the_allowed_hosts_setting_takes_names_ips_and_cidrs() -> None:
+    allowed = AllowedHosts.parse(" hooks.internal , 127.0.0.1, 10.1.0.0/16, ::1 ,")
+    assert allowed.allows_name("HOOKS.internal.") and not allowed.allows_name("other.internal")
+    check_url("http://127.0.0.1:9000/", allowed)
+    check_url("http://10.1.200.3/", allowed)
+    check_url("http://[::1]/", allowed)
+    with pytest.raises(OutboundRefused):
+        check_url("http://10.2.0.1/", allowed)
+    assert is_public(addresses.literal_address("8.8.8.8"))  # type: ignore[arg-type]
+
+
+async def test_names_resolving_to_private_addresses_are_refused_unless_allowed() -> None:
+    target = check_url("http://localhost:8080/hook", NOBODY)  # a name: refused only once resolved
+    with pytest.raises(OutboundRefused, match=r"resolves to 127\.0\.0\.1"):
+        await resolve(target, NOBODY)
+    assert str(await resolve(target, AllowedHosts.parse("localhost"))) in ("127.0.0.1", "::1")
+    assert str(await resolve(target, AllowedHosts.parse("127.0.0.0/8, ::1"))) in ("127.0.0.1", "::1")
+
+
+async def test_a_name_is_resolved_once_and_the_checked_address_is_the_one_connected_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rebinding name: the first lookup says loopback (allowed here), any later one a metadata address. The
+    request goes to the first answer, with the name in its Host header."""
+    lookups: list[str] = []
+    real = asyncio.get_running_loop().getaddrinfo
+
+    async def rebinding(host: str, port: int, **kwargs: object) -> Sequence[tuple[object, ...]]:
+        if host != "rebind.test":
+            return await real(host, port, **kwargs)  # type: ignore[arg-type]
+        lookups.append(host)
+        address = "127.0.0.1" if len(lookups) == 1 else "169.254.169.254"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", rebinding)
+    with running_receiver() as receiver:
+        answer = await post(f"http://rebind.test:{receiver.port}/hook", b"{}", {}, allowed=LOOPBACK)
+    assert answer.status_code == 200 and lookups == ["rebind.test"]
+    assert receiver.requests[0].headers["host"] == f"rebind.test:{receiver.port}"
+
+
+async def test_redirects_are_not_followed() -> None:
+    with running_receiver() as target, running_receiver() as redirector:
+        redirector.status, redirector.location = 307, target.url
+        answer = await post(redirector.url, b'{"a":1}', {"x-test": "1"}, allowed=LOOPBACK)
+    assert answer.status_code == 307
+    assert len(redirector.requests) == 1 and target.requests == []
+    assert redirector.requests[0].body == b'{"a":1}' and redirector.requests[0].headers["x-test"] == "1"
+
+
+async def test_only_an_excerpt_of_the_answer_is_kept() -> None:
+    with running_receiver() as receiver:
+        receiver.status, receiver.body = 500, b"x" * 100_000
+        answer = await post(receiver.url, b"{}", {}, allowed=LOOPBACK)
+    assert answer.status_code == 500 and answer.excerpt == "x" * EXCERPT_BYTES
+
+
+async def test_no_answer_within_the_time_limit_or_nobody_listening_is_a_failure() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(OutboundFailed, match=r"No answer within 0\.3 s"):
+            await post(f"http://127.0.0.1:{silent.getsockname()[1]}/", b"{}", {}, allowed=LOOPBACK, timeout_s=0.3)
+    with pytest.raises(OutboundFailed, match="ConnectError"):
+        await post(f"http://127.0.0.1:{free_port()}/", b"{}", {}, allowed=LOOPBACK)
+
+
+async def test_post_refuses_what_the_checks_refuse() -> None:
+    with running_receiver() as receiver:
+        with pytest.raises(OutboundRefused):
+            await post(receiver.url, b"{}", {}, allowed=NOBODY)
+        with pytest.raises(OutboundRefused):
+            await post(f"http://localhost:{receiver.port}/hook", b"{}", {}, allowed=NOBODY)
+    assert receiver.requests == []
+
+
+def _self_signed(name: str, directory: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_https_goes_to_the_checked_address_with_the_name_as_sni(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The TLS handshake to the pinned IP names the host (SNI), so that the certificate is checked against the name:
+    a self-signed one is refused (certificates are verified), after the server saw the name."""
+    cert, key = _self_signed("hooks.test", tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    context.sni_callback = lambda _socket, name, _context: names.append(name)  # type: ignore[assignment,func-returns-value]
+    server = await asyncio.start_server(lambda _reader, writer: writer.close(), "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    real = asyncio.get_running_loop().getaddrinfo
+
+    async def lookup(host: str, port_: int, **kwargs: object) -> Sequence[tuple[object, ...]]:
+        if host == "hooks.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port_))]
+        return await real(host, port_, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", lookup)
+    async with server:
+        with pytest.raises(OutboundFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+            await post(f"https://hooks.test:{port}/hook", b"{}", {}, allowed=LOOPBACK)
+    assert names == ["hooks.test"]
