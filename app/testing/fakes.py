@@ -153,21 +153,27 @@ class FakeRunner:
 
 
 def fake_generation(
-    renderer: FakeRenderer, runner: ModelRunner, renderers: Mapping[str, PromptRenderer] | None = None
+    renderer: FakeRenderer,
+    runner: ModelRunner,
+    renderers: Mapping[str, PromptRenderer] | None = None,
+    *,
+    places: int = 0,
 ) -> GenerationFactory:
     """create_app's generation on the fake model, for every served model (`renderers`: model id -> its own
-    renderer, where it needs one): jobs run in this process, as in embedded mode."""
+    renderer, where it needs one): jobs run in this process, as in embedded mode, `places` of a model's at once
+    (0: all at once)."""
 
     async def build(
         settings: Settings, registry: ModelRegistry, database: Database
     ) -> tuple[RendererCache, GenerationQueue]:
         cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
-        return cache, in_process_queue(runner, database, settings)
+        return cache, in_process_queue(runner, database, settings, places=places)
 
     return build
 
 
-def in_process_queue(runner: ModelRunner, database: Database, settings: Settings) -> InProcessQueue:
-    """Embedded mode's queue on `runner`: its jobs run by this process's executor."""
+def in_process_queue(runner: ModelRunner, database: Database, settings: Settings, *, places: int = 0) -> InProcessQueue:
+    """Embedded mode's queue on `runner`: its jobs run by this process's executor, `places` at once (0: all)."""
     bus = MemoryBus()
-    return InProcessQueue(JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s), bus)
+    executor = JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s)
+    return InProcessQueue(executor, bus, places=places)
