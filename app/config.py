@@ -221,6 +221,12 @@ class Settings(BaseSettings):
         description="Requests (WebSocket connections included) one tenant may have in flight on one API process; "
         "more are refused with a 429 and Retry-After. 0: no limit.",
     )
+    max_queued_background_per_tenant: int = Field(
+        1000,
+        ge=0,
+        description="Background responses one tenant may have queued (stored, not yet started) across all nodes; "
+        "a background create beyond it is refused with a 429 and Retry-After. 0: no cap.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log lines as plain text (for a terminal) or one JSON object a line with the request id, "
