@@ -114,6 +114,13 @@ class FairOrder(Generic[T]):
         tenants[tenant].append(item)
         self._count += 1
 
+    def next_class(self) -> JobClass | None:
+        """The class of the item `pop` would take (None: nothing waits)."""
+        for job_class in JOB_CLASSES:
+            if self._classes[job_class]:
+                return job_class
+        return None
+
     def pop(self) -> T:
         """The first item of the tenant whose turn it is, in the most urgent class that has any (IndexError: none)."""
         for job_class in JOB_CLASSES:

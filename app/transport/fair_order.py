@@ -8,12 +8,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from app.generation.job import FairOrder, GenerationJob
+from app.generation.job import FairOrder, GenerationJob, JobClass
+
+#: Places of a model (when it has more than one) that only interactive jobs may take: a client waiting on a
+#: foreground create starts at once, beside the background and batch work, instead of after one of them ends.
+KEPT_FOR_INTERACTIVE = 1
 
 
 class WaitingRoom:
-    """Embedded mode's jobs of one model: at most `places` run at once (the engine's sequences); the others wait
-    here, and each place that frees goes to the next job in the fair order.
+    """Embedded mode's jobs of one model: at most `places` run at once (the engine's sequences), background and
+    batch ones at most all but KEPT_FOR_INTERACTIVE; the others wait here, and each place that frees goes to the
+    next job in the fair order that may take it.
 
     Jobs wait here before their execution claims them, so a waiting response is `queued` (as it is in Redis in
     distributed mode): the cap on a tenant's queued background jobs counts it, and it holds no lease.
@@ -23,6 +28,8 @@ class WaitingRoom:
         #: Jobs run at once; 0: no limit (every job starts at once, as the fake engine's tests want).
         self.places = places
         self.running = 0
+        #: Of those, background and batch jobs, which may not take the places kept for interactive ones.
+        self.running_deferrable = 0
         self._waiting: FairOrder[asyncio.Future[None]] = FairOrder()
 
     @property
@@ -36,31 +43,45 @@ class WaitingRoom:
         try:
             yield
         finally:
-            self._leave()
+            self._leave(job.job_class)
 
-    def _has_room(self) -> bool:
-        return not self.places or self.running < self.places
+    def _has_room(self, job_class: JobClass) -> bool:
+        if not self.places:
+            return True
+        if self.running >= self.places:
+            return False
+        kept = KEPT_FOR_INTERACTIVE if self.places > KEPT_FOR_INTERACTIVE else 0
+        return job_class == "interactive" or self.running_deferrable < self.places - kept
 
     async def _enter(self, job: GenerationJob) -> None:
-        if self._has_room() and not self._waiting:
-            self.running += 1
-            return
         turn = asyncio.get_running_loop().create_future()
         self._waiting.push(job.job_class, job.tenant, turn)
+        self._hand_over()
+        if turn.done():
+            return  # its place was free, and nobody waiting had the turn before it
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
-                self._leave()  # the place was handed over just as its waiter went: pass it on
+                self._leave(job.job_class)  # the place was handed over just as its waiter went: pass it on
             else:
                 self._waiting.remove(job.job_class, job.tenant, turn)
             raise
 
-    def _leave(self) -> None:
+    def _leave(self, job_class: JobClass) -> None:
         self.running -= 1
-        # The place is handed over here, counted before the waiter wakes: nobody can take it meanwhile.
-        while self._waiting and self._has_room():
+        if job_class != "interactive":
+            self.running_deferrable -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Free places to the waiting jobs, in the fair order, counted before they wake: nobody can take them
+        meanwhile. The most urgent class waiting goes first; when it may not take a place, no less urgent one may."""
+        while (job_class := self._waiting.next_class()) is not None and self._has_room(job_class):
             turn = self._waiting.pop()
-            if not turn.done():
-                self.running += 1
-                turn.set_result(None)
+            if turn.done():
+                continue
+            self.running += 1
+            if job_class != "interactive":
+                self.running_deferrable += 1
+            turn.set_result(None)

@@ -19,6 +19,7 @@ def test_fair_order_serves_class_first_then_tenants_in_turn_each_in_order() -> N
     order.push("interactive", "b", "b-int0")
     order.push("interactive", "a", "a-int0")
     assert len(order) == 9
+    assert order.next_class() == "interactive"
     taken = [order.pop() for _ in range(len(order))]
     assert taken == [
         "b-int0",
@@ -31,6 +32,7 @@ def test_fair_order_serves_class_first_then_tenants_in_turn_each_in_order() -> N
         "a-bg3",
         "c-batch0",
     ]
+    assert order.next_class() is None
     with pytest.raises(IndexError):
         order.pop()
 

@@ -104,3 +104,55 @@ async def test_no_places_means_no_waiting() -> None:
     room = WaitingRoom(places=0)
     async with room.place(job("a", "a")), room.place(job("b", "b")), room.place(job("c", "c")):
         assert (room.running, room.waiting) == (3, 0)
+
+
+async def test_one_place_is_kept_for_interactive_jobs() -> None:
+    room = WaitingRoom(places=3)
+    held: dict[str, asyncio.Event] = {}
+    started: list[str] = []
+
+    async def run(item: GenerationJob) -> None:
+        held[item.response_id] = asyncio.Event()
+        async with room.place(item):
+            started.append(item.response_id)
+            await held[item.response_id].wait()
+
+    tasks = [asyncio.create_task(run(job(f"a-bg{number}", "a", "background"))) for number in range(3)]
+    tasks.append(asyncio.create_task(run(job("c-batch0", "c", "batch"))))
+    await asyncio.sleep(0)
+    # Background and batch work takes all places but one.
+    assert (started, room.running, room.waiting) == (["a-bg0", "a-bg1"], 2, 2)
+    tasks.append(asyncio.create_task(run(job("b-int0", "b"))))
+    await asyncio.sleep(0)
+    assert started[-1] == "b-int0"  # at once, beside them
+    tasks.append(asyncio.create_task(run(job("b-int1", "b"))))
+    await asyncio.sleep(0)
+    assert room.waiting == 3  # every place is taken now
+    held["a-bg0"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "b-int1"  # an interactive job may take any place
+    held["b-int0"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "a-bg2"  # b-int1 holds the kept place: two deferrable jobs may run
+    held["a-bg1"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "c-batch0"
+    held["b-int1"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(run(job("a-bg3", "a", "background"))))
+    await asyncio.sleep(0)
+    # A place is free, but it is the one kept for interactive work.
+    assert (room.running, room.running_deferrable, room.waiting) == (2, 2, 1)
+    held["a-bg2"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "a-bg3"
+    for name in ("c-batch0", "a-bg3"):
+        held[name].set()
+    await asyncio.gather(*tasks)
+    assert started == ["a-bg0", "a-bg1", "b-int0", "b-int1", "a-bg2", "c-batch0", "a-bg3"]
+    assert (room.running, room.running_deferrable, room.waiting) == (0, 0, 0)
