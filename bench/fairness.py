@@ -4,11 +4,12 @@ background creates queued, against the same create on an idle server, both measu
     .venv/bin/python -m bench.fairness [--backlog 200] [--tokens 16] [--rounds 3]
 
 Starts this checkout's embedded server (`python -m app.cli serve`, the shipped SmolLM2 model, 2 threads) with two
-keys. Tenant B's create ("Say hi.", --tokens output tokens at most) is timed alone (median of --rounds); then
-tenant A queues --backlog background creates (--tokens each, as the finding's), and B's create is timed again
-(median of --rounds, each sent while A's backlog is still queued). Prints both, their ratio, how many of A's jobs
-each loaded create let start before it ended (A's left the queue meanwhile), and how many were still queued when
-it ended. Before fair scheduling B waited for A's whole backlog (53.6 s against 0.5 s alone, 200 jobs).
+keys. Tenant B's streamed create ("Say hi.", --tokens output tokens at most) is timed alone (to its first output
+token and to its end, medians of --rounds); then tenant A queues --backlog background creates (--tokens each, as
+the finding's), and B's create is timed again (each sent while A's backlog is still queued). Prints both, their
+ratios (the first token's is the wait: B's own prefill, after which its decode shares steps with A's running
+jobs), how many of A's jobs each loaded create let start before it ended (A's left the queue meanwhile), and how
+many were still queued when it ended. Before fair scheduling B waited for A's whole backlog (53.6 s against 0.5 s alone, 200 jobs).
 """
 
 from __future__ import annotations
@@ -42,11 +43,21 @@ def create(http: httpx.Client, key: str, tokens: int, **fields: Any) -> dict[str
     return body
 
 
-def timed_foreground(http: httpx.Client, tokens: int) -> float:
+def timed_foreground(http: httpx.Client, tokens: int) -> tuple[float, float]:
+    """B's streamed create: (seconds to its first output token, seconds to its end)."""
     started = time.perf_counter()
-    body = create(http, KEYS[1], tokens)
-    assert body["status"] in ("completed", "incomplete"), body["status"]
-    return time.perf_counter() - started
+    first: float | None = None
+    body = {"input": PROMPT, "max_output_tokens": tokens, "temperature": 0, "stream": True}
+    headers = {"authorization": f"Bearer {KEYS[1]}"}
+    with http.stream("POST", "/v1/responses", json=body, headers=headers) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if first is None and line.startswith("data:") and '"response.output_text.delta"' in line:
+                first = time.perf_counter() - started
+            if line.startswith("data:") and '"response.completed"' in line:
+                break
+    assert first is not None, "no output text"
+    return first, time.perf_counter() - started
 
 
 def statuses(http: httpx.Client, ids: list[str]) -> dict[str, int]:
@@ -78,7 +89,7 @@ def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str
         with httpx.Client(base_url=server.base_url, timeout=600) as http:
             timed_foreground(http, tokens)  # warm-up: the model loads on first use
             alone = [timed_foreground(http, tokens) for _ in range(rounds)]
-            loaded: list[float] = []
+            loaded: list[tuple[float, float]] = []
             left_queue: list[int] = []
             still_queued: list[int] = []
             for _ in range(rounds):
@@ -94,12 +105,17 @@ def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str
                     http.post(f"/v1/responses/{response_id}/cancel", headers={"authorization": f"Bearer {KEYS[0]}"})
     finally:
         server.stop()
+    ttft_alone, ttft_loaded = (statistics.median(first for first, _ in runs) for runs in (alone, loaded))
+    end_alone, end_loaded = (statistics.median(end for _, end in runs) for runs in (alone, loaded))
     return {
         "backlog": backlog,
         "tokens": tokens,
-        "alone_s": statistics.median(alone),
-        "loaded_s": statistics.median(loaded),
-        "ratio": statistics.median(loaded) / statistics.median(alone),
+        "first_token_alone_s": ttft_alone,
+        "first_token_loaded_s": ttft_loaded,
+        "first_token_ratio": ttft_loaded / ttft_alone,
+        "end_alone_s": end_alone,
+        "end_loaded_s": end_loaded,
+        "end_ratio": end_loaded / end_alone,
         "a_jobs_started_while_b_waited": left_queue,
         "a_jobs_still_queued_at_b_end": still_queued,
     }
@@ -114,9 +130,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as directory:
         result = measure(args.backlog, args.tokens, args.rounds, Path(directory))
     print(
-        f"tenant B's foreground create ({args.tokens} tokens at most), median of {args.rounds}: "
-        f"alone {result['alone_s']:.2f} s; with tenant A's {args.backlog} background creates queued "
-        f"{result['loaded_s']:.2f} s; ratio {result['ratio']:.2f}"
+        f"tenant B's streamed create ({args.tokens} tokens at most), median of {args.rounds}, alone -> with tenant "
+        f"A's {args.backlog} background creates queued: first token {result['first_token_alone_s']:.2f} s -> "
+        f"{result['first_token_loaded_s']:.2f} s (ratio {result['first_token_ratio']:.2f}); end "
+        f"{result['end_alone_s']:.2f} s -> {result['end_loaded_s']:.2f} s (ratio {result['end_ratio']:.2f})"
     )
     print(
         f"A's jobs started while B's create ran: {result['a_jobs_started_while_b_waited']}; "
