@@ -37,8 +37,8 @@ class InProcessQueue:
         return room
 
     async def _run(self, job: GenerationJob) -> None:
-        # The room is left before the engine frees the sequence's slot only by the final commit's time: the
-        # next job claims its row meanwhile, so the engine does not idle.
+        # A place is held for the whole execution, its final commit included: the engine's sequence is free that
+        # commit earlier, which the next job waits for (milliseconds, against a generation's seconds).
         # NOTE: a cancel signal for a job still waiting here finds no generation to stop, as one for a job still
         # in Redis does in distributed mode: a stored cancel is read by its claim; a foreground job whose client
         # left runs once its turn comes (its row must end somehow, and a conversation's claim be released).
