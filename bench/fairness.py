@@ -9,7 +9,8 @@ token and to its end, medians of --rounds); then tenant A queues --backlog backg
 the finding's), and B's create is timed again (each sent while A's backlog is still queued). Prints both, their
 ratios (the first token's is the wait: B's own prefill, after which its decode shares steps with A's running
 jobs), how many of A's jobs each loaded create let start before it ended (A's left the queue meanwhile), and how
-many were still queued when it ended. Before fair scheduling B waited for A's whole backlog (53.6 s against 0.5 s alone, 200 jobs).
+many were still queued when it ended. Before fair scheduling B waited for A's whole backlog (53.6 s against 0.5 s
+alone, 200 jobs).
 """
 
 from __future__ import annotations
