@@ -244,6 +244,12 @@ class Settings(BaseSettings):
         "prompt is charged when it is queued (a 429 `tokens` and Retry-After when the bucket does not hold it), "
         "its output when it ends. 0: no limit.",
     )
+    max_queued_background_per_tenant: int = Field(
+        1000,
+        ge=0,
+        description="Background responses one tenant may have queued (stored, not yet started) across all nodes; "
+        "a background create beyond it is refused with a 429 and Retry-After. 0: no cap.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log lines as plain text (for a terminal) or one JSON object a line with the request id, "

@@ -81,6 +81,7 @@ async def build_generation(
 
         return renderers, await ArqQueue.connect(settings)
 
+    from app.generation.engine import concurrency
     from app.transport.inprocess import InProcessQueue
     from app.transport.memory_bus import MemoryBus
 
@@ -92,7 +93,8 @@ async def build_generation(
     executor = JobExecutor(
         pool, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=limits.charge_tokens
     )
-    return renderers, InProcessQueue(executor, bus)
+    # As many jobs of a model run as its engine has sequences; the others wait in a fair order, still queued.
+    return renderers, InProcessQueue(executor, bus, places=concurrency(settings))
 
 
 def create_app(

@@ -12,6 +12,9 @@ kept, the answer's included, so a chained turn reads only its new tokens; in exa
 a cold read's output (see kv_reuse.py). Reuse never crosses a request's `cache_scope` (its tenant): a slot's
 cells and saved states serve only prompts of the scope that computed them.
 
+Requests beyond the free slots wait in the fair order (job.py's FairOrder: class, then tenants in turn): a worker
+can hold more jobs than sequences (its model's queue and its own), and one tenant's must not fill the line.
+
 All llama.cpp calls happen on the engine's own thread; `submit` and the request's `cancelled` flag are the
 only ways in, `emit` the only way out.
 """
@@ -31,6 +34,7 @@ import llama_cpp
 import numpy as np
 
 from app.config import Settings
+from app.generation.job import FairOrder, JobClass
 from app.generation.kv_reuse import KvReuse, KvReuseMode
 from app.generation.prefix_cache import PrefixCache, common_prefix_length
 from app.generation.registry import ModelSpec
@@ -73,6 +77,8 @@ class GenerationRequest:
     #: Whose prompt this is (the tenant): KV state is reused only between requests of one scope.
     cache_scope: str
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Its job's priority class: waiting requests start by class, then by scope (tenant) in turn.
+    job_class: JobClass = "interactive"
 
 
 @dataclass(eq=False)
@@ -150,6 +156,8 @@ class LlamaEngine:
         self._cache = prefix_cache
         self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
+        #: Submitted requests waiting for a free slot (engine thread only).
+        self._waiting: FairOrder[GenerationRequest] = FairOrder()
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -224,6 +232,9 @@ class LlamaEngine:
         for slot in self._slots:
             if slot.request is not None:
                 self._finish(slot, "cancelled")
+        while self._waiting:
+            request = self._waiting.pop()
+            request.emit(Finish("cancelled", len(request.prompt), 0, 0))
 
     def _busy(self) -> bool:
         return any(slot.request is not None for slot in self._slots)
@@ -232,15 +243,19 @@ class LlamaEngine:
         return [slot for slot in self._slots if slot.unsaved and slot.request is None]
 
     def _admit(self, *, wait: bool) -> bool:
-        """Start waiting requests on free slots; False once close() was called."""
-        while any(slot.request is None for slot in self._slots):
+        """Take what was submitted into the waiting line (blocking for one when `wait` and none waits), then start
+        waiting requests on free slots in the fair order; False once close() was called."""
+        while True:
             try:
-                request = self._requests.get(block=wait)
+                submitted = self._requests.get(block=wait and not self._waiting)
             except queue.Empty:
-                return True
-            if request is None:
+                break
+            if submitted is None:
                 return False
+            self._waiting.push(submitted.job_class, submitted.cache_scope, submitted)
             wait = False
+        while self._waiting and any(slot.request is None for slot in self._slots):
+            request = self._waiting.pop()
             try:
                 self._start(request)
             except Exception as error:

@@ -60,6 +60,7 @@ class LocalRun:
             job.sampling,
             emit=lambda output: mailbox.post(self, output),
             cache_scope=job.tenant,
+            job_class=job.job_class,
         )
         engine.submit(self._request)
 
@@ -81,7 +82,7 @@ class LocalRun:
 
 
 class LocalRunner:
-    """Starts jobs on the engine, which runs up to its `slots` of them at once; the rest wait in order."""
+    """Starts jobs on the engine, which runs up to its `slots` of them at once; the rest wait in the fair order."""
 
     def __init__(self, engine: LlamaEngine) -> None:
         self.engine = engine

@@ -25,7 +25,7 @@ async def render_metrics(runtime: Runtime) -> tuple[bytes, str]:
             MODEL_WORKERS.labels(model).set(state.live_workers)
             if state.loaded is not None:
                 MODEL_LOADED.labels(model).set(int(state.loaded))
-            # Embedded mode has no queue: jobs go straight to the runner, which reports what waits for a sequence.
+            # Distributed: the Redis queue's backlog; embedded: the jobs in the waiting room.
             if state.waiting_jobs is not None:
                 QUEUE_DEPTH.labels(model).set(state.waiting_jobs)
     return exposition()

@@ -164,6 +164,8 @@ async def prepare_response(
         announced=params.background and bool(request.stream),
         tenant=tenant,
         model=context.model.id,
+        # Nobody waits on a background job: it yields to every create whose client does (batches set "batch").
+        job_class="background" if params.background else "interactive",
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=context.reasoning_tags,

@@ -34,6 +34,16 @@ _RESPONSE_OF_TENANT = select(ResponseRow).where(
 )
 
 
+async def count_queued_background(session: AsyncSession, tenant: str) -> int:
+    """The tenant's background responses still queued (ix_responses_tenant_status_background reads it)."""
+    count = await session.scalar(
+        select(func.count())
+        .select_from(ResponseRow)
+        .where(ResponseRow.tenant == tenant, ResponseRow.status == "queued", ResponseRow.background.is_(True))
+    )
+    return int(count or 0)
+
+
 async def insert_response(session: AsyncSession, row: ResponseRow, items: Iterable[dict[str, Any]]) -> None:
     session.add(row)
     await session.flush()

@@ -20,6 +20,7 @@ from app.responses.relay import RelayMode
 from app.responses.runs import final_response, start_and_follow
 from app.runtime import Runtime
 from app.schemas.responses import ResponseObject, ResponseParams
+from app.tenants.slots import check_queued_background
 
 
 async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
@@ -38,6 +39,11 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         created_at=prepared.created,
     )
     async with runtime.database.transaction() as session:
+        cap = runtime.settings.max_queued_background_per_tenant
+        if response.background and cap:
+            # Counted in the database, which every API node shares. NOTE: two creates at once may both pass at
+            # the cap's edge (no lock): the cap bounds a backlog, it is not a quota to the job.
+            check_queued_background(await repository.count_queued_background(session, tenant), cap)
         await repository.insert_response(session, row, prepared.items)
         if prepared.job.announced:
             # Stored with the row: a background stream's client gets them at once, and a replay starts with them.

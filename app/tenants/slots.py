@@ -1,4 +1,5 @@
-"""How many requests each tenant has in flight on this process, and the 429 for one too many."""
+"""How many requests each tenant has in flight on this process, and the 429 for one too many; the 429 for one
+background job too many queued."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from app.errors import RateLimited
 #: Seconds a refused client is told to wait: in-flight requests end within seconds to minutes, so a short wait
 #: and a retry beats a long one.
 RETRY_AFTER_S = 1
+#: Seconds a client refused for its queued background jobs is told to wait: one of them must start first, which
+#: takes at least one generation's time.
+QUEUED_RETRY_AFTER_S = 10
+
+
+def check_queued_background(queued: int, limit: int) -> None:
+    """A 429 with Retry-After when a tenant with `queued` background responses waiting may not queue one more
+    (`limit` 0: no cap)."""
+    if limit and queued >= limit:
+        raise RateLimited(
+            f"Too many background responses queued: this server keeps at most {limit} queued for each API key. "
+            "Retry when some of them have started.",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(QUEUED_RETRY_AFTER_S)},
+        )
 
 
 class TenantSlots:

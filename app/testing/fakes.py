@@ -164,26 +164,36 @@ class FakeRunner:
 
 
 def fake_generation(
-    renderer: FakeRenderer, runner: ModelRunner, renderers: Mapping[str, PromptRenderer] | None = None
+    renderer: FakeRenderer,
+    runner: ModelRunner,
+    renderers: Mapping[str, PromptRenderer] | None = None,
+    *,
+    places: int = 0,
 ) -> GenerationFactory:
     """create_app's generation on the fake model, for every served model (`renderers`: model id -> its own
-    renderer, where it needs one): jobs run in this process, as in embedded mode."""
+    renderer, where it needs one): jobs run in this process, as in embedded mode, `places` of a model's at once
+    (0: all at once)."""
 
     async def build(
         settings: Settings, registry: ModelRegistry, database: Database, limits: TenantRateLimits
     ) -> tuple[RendererCache, GenerationQueue]:
         cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
-        return cache, in_process_queue(runner, database, settings, limits)
+        return cache, in_process_queue(runner, database, settings, limits, places=places)
 
     return build
 
 
 def in_process_queue(
-    runner: ModelRunner, database: Database, settings: Settings, limits: TenantRateLimits | None = None
+    runner: ModelRunner,
+    database: Database,
+    settings: Settings,
+    limits: TenantRateLimits | None = None,
+    *,
+    places: int = 0,
 ) -> InProcessQueue:
     """Embedded mode's queue on `runner`: its jobs run by this process's executor (which charges each
-    generation's output tokens to `limits`)."""
+    generation's output tokens to `limits`), `places` at once (0: all)."""
     bus = MemoryBus()
     charge = limits.charge_tokens if limits is not None else None
     executor = JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=charge)
-    return InProcessQueue(executor, bus)
+    return InProcessQueue(executor, bus, places=places)

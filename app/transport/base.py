@@ -17,7 +17,7 @@ class ModelAvailability:
     live_workers: int
     #: Embedded mode: whether its weights are in memory now (None in distributed mode: each worker's own).
     loaded: bool | None = None
-    #: Jobs waiting for one of those workers (None in embedded mode: its runner reports its own queue).
+    #: Jobs waiting for one of those workers (embedded mode: in its waiting room).
     waiting_jobs: int | None = None
 
 

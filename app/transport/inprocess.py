@@ -1,5 +1,6 @@
-"""Embedded mode's backend: jobs run as tasks of this process, by the executor it is handed; events fan out in
-memory."""
+"""Embedded mode's backend: jobs run as tasks of this process, by the executor it is handed, each model's at most
+`places` at once (its engine's sequences) and the others in a fair waiting room (fair_order.py); events fan out
+in memory."""
 
 from __future__ import annotations
 
@@ -8,22 +9,41 @@ from collections.abc import Sequence
 
 from app.generation.job import GenerationJob
 from app.transport.base import JobExecutor, ModelAvailability
+from app.transport.fair_order import WaitingRoom
 from app.transport.memory_bus import MemoryBus
 
 
 class InProcessQueue:
-    def __init__(self, executor: JobExecutor, bus: MemoryBus) -> None:
+    def __init__(self, executor: JobExecutor, bus: MemoryBus, *, places: int = 0) -> None:
         self.executor = executor
         #: The bus the executor publishes to (made first: the executor is built with it).
         self.bus = bus
+        #: Jobs of one model run at once (0: no limit): the others wait in its room, still `queued`.
+        self.places = places
+        self._rooms: dict[str, WaitingRoom] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def enqueue(self, job: GenerationJob) -> None:
         if job.response_id in self._tasks:
             return  # one response is generated once
-        task = asyncio.create_task(self.executor.execute(job))
+        task = asyncio.create_task(self._run(job))
         self._tasks[job.response_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(job.response_id, None))
+
+    def _room(self, model: str) -> WaitingRoom:
+        room = self._rooms.get(model)
+        if room is None:
+            room = self._rooms[model] = WaitingRoom(self.places)
+        return room
+
+    async def _run(self, job: GenerationJob) -> None:
+        # A place is held for the whole execution, its final commit included: the engine's sequence is free that
+        # commit earlier, which the next job waits for (milliseconds, against a generation's seconds).
+        # NOTE: a cancel signal for a job still waiting here finds no generation to stop, as one for a job still
+        # in Redis does in distributed mode: a stored cancel is read by its claim; a foreground job whose client
+        # left runs once its turn comes (its row must end somehow, and a conversation's claim be released).
+        async with self._room(job.model).place(job):
+            await self.executor.execute(job)
 
     async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
         await self.enqueue(job)
@@ -41,9 +61,14 @@ class InProcessQueue:
         return 1
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
-        """This process runs every model; a pool says which are in memory now."""
+        """This process runs every model; a pool says which are in memory now; its room how many jobs wait."""
         loaded = self.executor.loaded()
-        return {model: ModelAvailability(1, None if loaded is None else model in loaded) for model in models}
+        return {
+            model: ModelAvailability(
+                1, None if loaded is None else model in loaded, waiting_jobs=self._room(model).waiting
+            )
+            for model in models
+        }
 
     async def ping(self) -> None:
         return None

@@ -1,6 +1,6 @@
 """Distributed mode's queue: generation jobs on arq/Redis (job id = response id), one queue per model (so a worker
-takes only jobs it can run), cancel signals by pub/sub, and the registry of live workers (sorted sets, one for
-every worker and one per model: worker id -> when its heartbeat expires)."""
+takes only jobs it can run) scored in the fair order (fair_scores.py), cancel signals by pub/sub, and the registry
+of live workers (sorted sets, one for every worker and one per model: worker id -> when its heartbeat expires)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
@@ -19,6 +20,7 @@ from arq.jobs import Job
 from app.config import Settings
 from app.generation.job import GenerationJob
 from app.transport.base import ModelAvailability
+from app.transport.fair_scores import fair_score
 from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
 
 logger = logging.getLogger(__name__)
@@ -139,8 +141,28 @@ class ArqQueue:
     async def enqueue(self, job: GenerationJob) -> None:
         # A job id that is already queued makes this a no-op: one response is generated once.
         queue = await self._queue_for(job)
-        await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=job.response_id, _queue_name=queue)
+        if queue == model_queue(job.model):
+            await self._enqueue_fairly(job, queue)
+        else:
+            # NOTE: a worker's own queue keeps arq's enqueue-time scores (first in, first out): release_stranded
+            # reads them as the time a job was sent there, and it moves any job not taken within
+            # AFFINITY_CLAIM_S to its model's queue, where the fair order holds.
+            await self.pool.enqueue_job(GENERATE_TASK, job.to_payload(), _job_id=job.response_id, _queue_name=queue)
         await self._announce(queue)
+
+    async def _enqueue_fairly(self, job: GenerationJob, queue: str) -> None:
+        """Into a model's queue, scored in the fair order (fair_scores.py): class, then tenants in turn."""
+        score_ms = await fair_score(self.pool, queue, job)
+        await self.pool.enqueue_job(
+            GENERATE_TASK,
+            job.to_payload(),
+            _job_id=job.response_id,
+            _queue_name=queue,
+            # arq takes a job's score from _defer_until; a score in the past runs it as soon as its turn comes.
+            _defer_until=datetime.fromtimestamp(score_ms / 1000, tz=UTC),
+            # arq would make its record expire a day after its score, which is long past: a day from now.
+            _expires=timedelta(milliseconds=self.pool.expires_extra_ms),
+        )
 
     async def _announce(self, queue: str) -> None:
         """Wake the queue's workers: without it a job waits for their next poll (up to WORKER_POLL_S, most of the
@@ -183,9 +205,7 @@ class ArqQueue:
             if previous_owner is not None:
                 pipe.zrem(worker_queue(previous_owner), response_id)
             await pipe.execute()
-        await self.pool.enqueue_job(
-            GENERATE_TASK, job.to_payload(), _job_id=response_id, _queue_name=model_queue(job.model)
-        )
+        await self._enqueue_fairly(job, model_queue(job.model))
         await self._announce(model_queue(job.model))
 
     async def job_is_waiting(self, response_id: str) -> bool:

@@ -1,7 +1,7 @@
 """projects and their API keys (hashes only), each key with a role
 
 Revision ID: 20261202_0012
-Revises: 20261129_0009
+Revises: 20261201_0011
 Create Date: 2026-12-02
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "20261202_0012"
-down_revision = "20261129_0009"
+down_revision = "20261201_0011"
 branch_labels = None
 depends_on = None
 

@@ -52,4 +52,6 @@ class ResponseRow(Base):
         Index("ix_responses_status_created_at", "status", "created_at"),
         #: GET /v1/responses: a tenant's responses newest first.
         Index("ix_responses_tenant_created_at", "tenant", "created_at"),
+        #: The cap on a tenant's queued background responses: counted at each background create.
+        Index("ix_responses_tenant_status_background", "tenant", "status", "background"),
     )

@@ -77,9 +77,10 @@ def test_an_embedded_server_counts_what_it_serves_and_logs_json(embedded: Server
     assert value(scraped, "llama_responses_time_to_first_token_seconds_count", model=model) >= 1
     assert value(scraped, "llama_responses_output_tokens_total", model=model) >= created.usage.output_tokens
     assert value(scraped, "llama_responses_free_sequences", model=model) >= 1
-    # A worker reports what waits for its sequences; the Redis backlog is the API nodes' to report.
+    # A runner reports what waits for its sequences; embedded, jobs beyond them wait in the waiting room, whose
+    # depth is the queue's (nothing waits now).
     assert scraped[("llama_responses_sequence_waiting_jobs", (("model", model),))] == 0
-    assert ("llama_responses_queue_depth", (("model", model),)) not in scraped
+    assert scraped[("llama_responses_queue_depth", (("model", model),))] == 0
     assert value(scraped, "llama_responses_model_loaded", model=model) == 1  # it answered: it is in memory
     lines = embedded.log_path.read_text().splitlines()
     entries = [json.loads(line) for line in lines if line.startswith("{")]

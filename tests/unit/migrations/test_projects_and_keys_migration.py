@@ -11,7 +11,7 @@ from alembic import command
 
 from app.db.migrations import alembic_config
 
-BEFORE = "20261129_0009"
+BEFORE = "20261201_0011"
 REVISION = "20261202_0012"
 
 

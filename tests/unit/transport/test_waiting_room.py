@@ -1,0 +1,158 @@
+"""Embedded mode's waiting room admits jobs in the fair order as places free: class first (interactive,
+background, batch), tenants in turn within a class, each tenant's jobs first in, first out; a waiter that gives up
+passes its turn on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.generation.job import GenerationJob, JobClass
+from app.generation.types import SamplingParams
+from app.transport.fair_order import WaitingRoom
+
+
+def job(name: str, tenant: str, job_class: JobClass = "interactive") -> GenerationJob:
+    sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=4)
+    return GenerationJob(name, [1], sampling, {}, True, False, tenant=tenant, model="m", job_class=job_class)
+
+
+async def test_the_waiting_room_admits_in_the_fair_order_as_places_free() -> None:
+    room = WaitingRoom(places=1)
+    started: list[str] = []
+    release: dict[str, asyncio.Event] = {}
+
+    async def run(item: GenerationJob) -> None:
+        release[item.response_id] = asyncio.Event()
+        async with room.place(item):
+            started.append(item.response_id)
+            await release[item.response_id].wait()
+
+    jobs = [
+        job("a-bg0", "a", "background"),
+        job("a-bg1", "a", "background"),
+        job("a-bg2", "a", "background"),
+        job("c-batch0", "c", "batch"),
+        job("b-bg0", "b", "background"),
+        job("b-int0", "b"),
+    ]
+    tasks = []
+    for item in jobs:  # each waits in turn, in this order of arrival
+        tasks.append(asyncio.create_task(run(item)))
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started == ["a-bg0"]
+    assert (room.running, room.waiting) == (1, 5)
+    expected = ["a-bg0", "b-int0", "a-bg1", "b-bg0", "a-bg2", "c-batch0"]
+    for index, name in enumerate(expected):
+        assert started == expected[: index + 1]
+        release[name].set()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert (room.running, room.waiting) == (0, 0)
+
+
+async def test_a_waiter_that_gives_up_leaves_its_turn_to_the_next() -> None:
+    room = WaitingRoom(places=1)
+    first = job("first", "a")
+    async with room.place(first):
+        gone = asyncio.create_task(room.place(job("gone", "b")).__aenter__())
+        await asyncio.sleep(0)
+        admitted = asyncio.Event()
+
+        async def next_one() -> None:
+            async with room.place(job("next", "c")):
+                admitted.set()
+
+        waiting = asyncio.create_task(next_one())
+        await asyncio.sleep(0)
+        assert room.waiting == 2
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert room.waiting == 1
+    await asyncio.wait_for(admitted.wait(), 1)
+    await waiting
+    assert (room.running, room.waiting) == (0, 0)
+
+
+async def test_a_place_handed_to_a_waiter_that_went_meanwhile_is_passed_on() -> None:
+    room = WaitingRoom(places=1)
+    entered = asyncio.Event()
+    async with room.place(job("first", "a")):
+        gone = asyncio.create_task(room.place(job("gone", "b")).__aenter__())
+        await asyncio.sleep(0)
+
+        async def next_one() -> None:
+            async with room.place(job("next", "c")):
+                entered.set()
+
+        waiting = asyncio.create_task(next_one())
+        await asyncio.sleep(0)
+    # The place went to "gone" (its turn is set) but it is cancelled before it wakes: "next" gets it.
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await asyncio.wait_for(entered.wait(), 1)
+    await waiting
+    assert (room.running, room.waiting) == (0, 0)
+
+
+async def test_no_places_means_no_waiting() -> None:
+    room = WaitingRoom(places=0)
+    async with room.place(job("a", "a")), room.place(job("b", "b")), room.place(job("c", "c")):
+        assert (room.running, room.waiting) == (3, 0)
+
+
+async def test_one_place_is_kept_for_interactive_jobs() -> None:
+    room = WaitingRoom(places=3)
+    held: dict[str, asyncio.Event] = {}
+    started: list[str] = []
+
+    async def run(item: GenerationJob) -> None:
+        held[item.response_id] = asyncio.Event()
+        async with room.place(item):
+            started.append(item.response_id)
+            await held[item.response_id].wait()
+
+    tasks = [asyncio.create_task(run(job(f"a-bg{number}", "a", "background"))) for number in range(3)]
+    tasks.append(asyncio.create_task(run(job("c-batch0", "c", "batch"))))
+    await asyncio.sleep(0)
+    # Background and batch work takes all places but one.
+    assert (started, room.running, room.waiting) == (["a-bg0", "a-bg1"], 2, 2)
+    tasks.append(asyncio.create_task(run(job("b-int0", "b"))))
+    await asyncio.sleep(0)
+    assert started[-1] == "b-int0"  # at once, beside them
+    tasks.append(asyncio.create_task(run(job("b-int1", "b"))))
+    await asyncio.sleep(0)
+    assert room.waiting == 3  # every place is taken now
+    held["a-bg0"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "b-int1"  # an interactive job may take any place
+    held["b-int0"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "a-bg2"  # b-int1 holds the kept place: two deferrable jobs may run
+    held["a-bg1"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "c-batch0"
+    held["b-int1"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(run(job("a-bg3", "a", "background"))))
+    await asyncio.sleep(0)
+    # A place is free, but it is the one kept for interactive work.
+    assert (room.running, room.running_deferrable, room.waiting) == (2, 2, 1)
+    held["a-bg2"].set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert started[-1] == "a-bg3"
+    for name in ("c-batch0", "a-bg3"):
+        held[name].set()
+    await asyncio.gather(*tasks)
+    assert started == ["a-bg0", "a-bg1", "b-int0", "b-int1", "a-bg2", "c-batch0", "a-bg3"]
+    assert (room.running, room.running_deferrable, room.waiting) == (0, 0, 0)
