@@ -13,12 +13,15 @@ from fastapi import APIRouter, FastAPI
 from app.api import docs
 from app.api.errors import register_error_handlers
 from app.api.openapi import describe_api
-from app.api.request_guards import RequestGuards
+from app.api.request_guards import RequestGuards, UploadLimit
+from app.batches import endpoints as batches
+from app.batches.advance import advance_batches
 from app.config import Settings
 from app.console.endpoints import mount_console
 from app.conversations import endpoints as conversations
 from app.db import migrations
 from app.db.session import Database
+from app.files import endpoints as files
 from app.generation.model_pool import ModelPool
 from app.generation.registry import ModelRegistry
 from app.generation.registry_loading import load_registry
@@ -39,6 +42,9 @@ from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
 
 logger = logging.getLogger(__name__)
+
+#: Room for an upload's multipart framing (boundaries, part headers, the `purpose` field) beyond its file's bytes.
+MULTIPART_FRAMING_BYTES = 64 * 1024
 
 GenerationFactory = Callable[[Settings, ModelRegistry, Database], Awaitable[tuple[RendererCache, GenerationQueue]]]
 
@@ -116,6 +122,11 @@ def create_app(
         # client's stream ended) even when no worker is alive to notice.
         reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
         maintenance.append(asyncio.create_task(reconcile))
+        # Batches advance on every API node (they submit lines through this node's queue); their steps are
+        # conditional UPDATEs, safe with several nodes at once.
+        runtime = app.state.runtime
+        advance = run_periodically("advancing batches", settings.batch_interval_s, lambda: advance_batches(runtime))
+        maintenance.append(asyncio.create_task(advance))
         try:
             yield
         finally:
@@ -131,11 +142,13 @@ def create_app(
     app = FastAPI(title="llama-responses", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
-    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
+    # An upload has its own, larger limit (its multipart framing included); every other route keeps the request's.
+    uploads = [UploadLimit("POST", "/v1/files", settings.file_max_bytes + MULTIPART_FRAMING_BYTES)]
+    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes, upload_limits=uploads)
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models):
+    for module in (responses, conversations, served_models, files, batches):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

@@ -129,7 +129,12 @@ def check_combination(request: CreateResponseRequest) -> None:
 
 
 async def prepare_response(
-    request: CreateResponseRequest, rendered: RenderedContext, tenant: str, settings: Settings
+    request: CreateResponseRequest,
+    rendered: RenderedContext,
+    tenant: str,
+    settings: Settings,
+    *,
+    response_id: str | None = None,
 ) -> PreparedResponse:
     """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
     stored or generated here."""
@@ -140,7 +145,7 @@ async def prepare_response(
     created = utc_now()
     response = ResponseObject(
         **params.model_dump(),
-        id=new_id("resp"),
+        id=response_id or new_id("resp"),
         created_at=int(created.timestamp()),
         status="queued",
         model=context.model.id,

@@ -26,12 +26,18 @@ async def render_context(
 
 
 async def prepare(
-    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+    request: CreateResponseRequest,
+    tenant: str,
+    runtime: Runtime,
+    *,
+    connection: ConnectionChain | None = None,
+    response_id: str | None = None,
 ) -> PreparedResponse:
-    """Everything that can fail with a 400 happens here, before the response is stored."""
+    """Everything that can fail with a 400 happens here, before the response is stored. `response_id`: the id
+    fixed beforehand (a batch line's, so that the line runs once); default: a new one."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
-    return await prepare_response(request, rendered, tenant, runtime.settings)
+    return await prepare_response(request, rendered, tenant, runtime.settings, response_id=response_id)
 
 
 async def count_input_tokens(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> InputTokenCount:

@@ -18,7 +18,7 @@ from app.main import create_app
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 DOC_PATHS = ("/openapi.json", "/docs", "/redoc")
-#: Every route that reads a JSON body, and whether the body is required.
+#: Every route that reads a body (JSON; an upload's multipart), and whether the body is required.
 BODIES = {
     ("post", "/v1/responses"): True,
     ("post", "/v1/responses/compact"): True,
@@ -26,6 +26,8 @@ BODIES = {
     ("post", "/v1/conversations"): False,
     ("post", "/v1/conversations/{conversation_id}"): True,
     ("post", "/v1/conversations/{conversation_id}/items"): True,
+    ("post", "/v1/files"): True,
+    ("post", "/v1/batches"): True,
 }
 
 
