@@ -26,7 +26,7 @@ def output_line(line: BatchLineRow) -> OutputLine:
 
 async def write_result_files(session: AsyncSession, batch: BatchRow) -> tuple[str | None, str | None]:
     """(output_file_id, error_file_id): the lines answered 200 in one, every other in the other; a file only
-    where it has lines, as hosted."""
+    where it has lines, as hosted. The lines are deleted then (the caller's unit of work ends the batch)."""
     output = FileWriter(session, tenant=batch.tenant, purpose=OUTPUT_PURPOSE, filename=f"{batch.id}_output.jsonl")
     errors = FileWriter(session, tenant=batch.tenant, purpose=OUTPUT_PURPOSE, filename=f"{batch.id}_error.jsonl")
     after = 0
@@ -37,4 +37,6 @@ async def write_result_files(session: AsyncSession, batch: BatchRow) -> tuple[st
         after = lines[-1].line
     output_id = (await output.close()).id if output.row.bytes else None
     error_id = (await errors.close()).id if errors.row.bytes else None
+    # Written: the lines' results are kept once, in the files (a batch's requests are not stored twice).
+    await repository.delete_lines(session, batch.id)
     return output_id, error_id

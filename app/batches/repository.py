@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import BatchLineRow, BatchRow, ResponseRow
@@ -209,3 +209,8 @@ async def batches_past_window(session: AsyncSession, *, now: datetime, limit: in
         .limit(limit)
     )
     return list((await session.execute(query)).scalars())
+
+
+async def delete_lines(session: AsyncSession, batch_id: str) -> None:
+    """A finished batch's lines: their results are in its files now."""
+    await session.execute(delete(BatchLineRow).where(BatchLineRow.batch_id == batch_id))

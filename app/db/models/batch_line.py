@@ -1,6 +1,6 @@
 """The `batch_lines` table: one request of a batch, with the response id fixed when the batch starts (so that it
 runs once, whoever submits it and whatever restarts), its state and, once it ended, the line of the output or
-error file it becomes."""
+error file it becomes. Deleted when the batch's files are written."""
 
 from __future__ import annotations
 

@@ -11,8 +11,10 @@ import httpx
 import pytest
 from openai import AsyncOpenAI, BadRequestError, NotFoundError
 from openai.types import Batch
+from sqlalchemy import func, select
 
 from app.batches.validation import MAX_LINE_BYTES, MAX_LINES
+from app.db.models import BatchLineRow
 from app.runtime import Runtime
 from app.testing.fakes import FAKE_REPLY
 from tests.unit.batches.batch_files import advance_until, create_batch, jsonl, request_line, upload
@@ -25,7 +27,9 @@ def sdk_for(client: httpx.AsyncClient) -> AsyncOpenAI:
 
 
 @pytest.mark.settings(batch_interval_s=0.02, batch_max_running_lines=3, batch_lines_per_round=2)
-async def test_sdk_batch_runs_to_completed_with_output_and_error_files(client: httpx.AsyncClient) -> None:
+async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
     sdk = sdk_for(client)
     lines = [
         request_line(f"ok-{index}", {"input": f"hello {index}", "metadata": {"n": str(index)}}) for index in range(6)
@@ -87,6 +91,10 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(client: h
 
     listed = await sdk.batches.list(limit=10)
     assert [entry.id for entry in listed.data] == [batch.id]
+    # The lines' results are kept once, in the files.
+    async with app_runtime.database.read() as session:
+        lines_left = await session.scalar(select(func.count()).select_from(BatchLineRow))
+    assert lines_left == 0
 
 
 @pytest.mark.settings(batch_interval_s=3600)
