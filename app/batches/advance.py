@@ -67,6 +67,7 @@ async def _validate(runtime: Runtime, batch: BatchRow, now: datetime) -> None:
     errors, count = await check_file(database, batch.input_file_id, batch.endpoint, settings)
     if errors:
         async with database.transaction() as session:
+            # NOTE(merge): when this returns True, record the batch.failed webhook event in this unit of work.
             await repository.move_batch(
                 session,
                 batch.id,
@@ -212,5 +213,7 @@ async def _finish(runtime: Runtime, batch: BatchRow, now: datetime) -> None:
             )
             if not ended:
                 raise _Superseded
+            # NOTE(merge): the batch.completed / batch.expired / batch.cancelled webhook event (f"batch.{final}")
+            # is recorded here, in the unit of work that ends the batch.
     except _Superseded:
         logger.info("batch %s changed while its files were written; they are not kept", batch.id)

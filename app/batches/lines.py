@@ -43,11 +43,16 @@ async def submit_line(runtime: Runtime, line: BatchLineRow, tenant: str) -> None
     same line (a claim taken over) finds its response stored and only marks it running: each line runs once."""
     try:
         request = _line_request(line.body, runtime)
-        # NOTE(merge): here the lead marks the line's job as batch priority (prepared.job) for fair scheduling.
         prepared = await service.prepare(request, tenant, runtime, response_id=line.response_id)
+        # NOTE(merge): here the lead marks the line's job (prepared.job) as batch priority for fair scheduling.
+        await submission.submit_response(runtime, prepared, tenant)
+    except IntegrityError:
+        # Stored by an earlier claim of this line whose node was slow or died before marking it running.
+        logger.info("batch line %s/%d was already submitted", line.batch_id, line.line)
     except ApiError as error:
         if error.status_code >= 500:
             raise  # not the request's fault: the line is submitted again later
+        # Refused as the create would refuse it (a 400, a conversation busy with another response): an error line.
         async with runtime.database.transaction() as session:
             await repository.move_line(
                 session,
@@ -59,11 +64,6 @@ async def submit_line(runtime: Runtime, line: BatchLineRow, tenant: str) -> None
                 result=error.body(),
             )
         return
-    try:
-        await submission.submit_response(runtime, prepared, tenant)
-    except IntegrityError:
-        # Stored by an earlier claim of this line whose node was slow or died before marking it running.
-        logger.info("batch line %s/%d was already submitted", line.batch_id, line.line)
     async with runtime.database.transaction() as session:
         await repository.move_line(session, line.batch_id, line.line, ("submitting",), state="running")
 

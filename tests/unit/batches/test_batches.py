@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from app.batches.validation import MAX_LINE_BYTES, MAX_LINES
 from app.db.models import BatchLineRow
 from app.runtime import Runtime
-from app.testing.fakes import FAKE_REPLY
-from tests.unit.batches.batch_files import advance_until, create_batch, jsonl, request_line, upload
+from app.testing.fakes import FAKE_REPLY, FakeRunner
+from tests.unit.batches.batch_files import advance_until, create_batch, jsonl, request_line, result_lines, upload
 
 REPLY = " ".join(FAKE_REPLY)
 
@@ -37,6 +37,7 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
     lines.append(request_line("unstored", {"input": "forget me", "store": False}))
     lines.append(request_line("bad-temperature", {"input": "hi", "temperature": 7}))
     lines.append(request_line("streamed", {"input": "hi", "stream": True}))
+    lines.append(request_line("no-conversation", {"input": "hi", "conversation": "conv_nope"}))
     uploaded = await sdk.files.create(file=("requests.jsonl", jsonl(lines)), purpose="batch")
     batch = await sdk.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/responses", completion_window="24h", metadata={"job": "nightly"}
@@ -50,10 +51,10 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
         await asyncio.sleep(0.02)
         batch = await sdk.batches.retrieve(batch.id)
         counts = batch.request_counts
-        seen_progress |= counts is not None and counts.total == 9 and 0 < counts.completed + counts.failed < 9
+        seen_progress |= counts is not None and counts.total == 10 and 0 < counts.completed + counts.failed < 10
     assert batch.status == "completed", batch.errors
     assert batch.request_counts is not None
-    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (9, 7, 2)
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (10, 7, 3)
     assert seen_progress, "request_counts were never seen between 0 and done"
     assert batch.in_progress_at and batch.finalizing_at and batch.completed_at
     assert batch.output_file_id and batch.error_file_id
@@ -84,7 +85,9 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
     for raw in (await sdk.files.content(batch.error_file_id)).text.splitlines():
         line = json.loads(raw)
         errors[line["custom_id"]] = line
-    assert sorted(errors) == ["bad-temperature", "streamed"]
+    assert sorted(errors) == ["bad-temperature", "no-conversation", "streamed"]
+    assert errors["no-conversation"]["response"]["status_code"] == 404
+    assert errors["no-conversation"]["response"]["body"]["error"]["param"] == "conversation"
     assert errors["bad-temperature"]["response"]["status_code"] == 400
     assert errors["bad-temperature"]["response"]["body"]["error"]["param"] == "temperature"
     assert errors["streamed"]["response"]["body"]["error"]["param"] == "stream"
@@ -198,3 +201,17 @@ async def test_batches_are_their_tenants_alone(two_tenants: tuple[httpx.AsyncCli
     )
     assert stolen.status_code == 404 and stolen.json()["error"]["param"] == "input_file_id"
     assert (await alpha.get(f"/v1/batches/{batch['id']}")).json()["id"] == batch["id"]
+
+
+@pytest.mark.settings(batch_interval_s=3600)
+async def test_a_failed_response_is_an_error_line_with_status_500(
+    client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
+) -> None:
+    runner.fail_after = 2
+    batch = await create_batch(client, jsonl([request_line("breaks")]))
+    done = await advance_until(app_runtime, client, batch["id"])
+    assert done["status"] == "completed" and done["output_file_id"] is None
+    assert done["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
+    line = (await result_lines(client, done["error_file_id"]))["breaks"]
+    assert line["response"]["status_code"] == 500 and line["error"] is None
+    assert line["response"]["body"]["error"]["type"] == "server_error"
