@@ -110,6 +110,8 @@ async def collect_ended_lines(runtime: Runtime, limit: int) -> int:
             settled = await repository.move_line(
                 session, line.batch_id, line.line, ("running", "stopping"), state="done", **_settled(line, row)
             )
+            if settled and row is not None and row.usage:
+                await repository.add_usage(session, line.batch_id, row.usage)
             if settled and row is not None and not line.keep_response:
                 await responses.delete_response(session, row.id, row.tenant)
     return len(ended)

@@ -214,3 +214,21 @@ async def batches_past_window(session: AsyncSession, *, now: datetime, limit: in
 async def delete_lines(session: AsyncSession, batch_id: str) -> None:
     """A finished batch's lines: their results are in its files now."""
     await session.execute(delete(BatchLineRow).where(BatchLineRow.batch_id == batch_id))
+
+
+async def add_usage(session: AsyncSession, batch_id: str, usage: dict[str, Any]) -> None:
+    """Add a collected line's token usage to its batch's (an increment: nodes collecting at once lose nothing)."""
+    input_details = usage.get("input_tokens_details") or {}
+    output_details = usage.get("output_tokens_details") or {}
+    query = (
+        update(BatchRow)
+        .where(BatchRow.id == batch_id)
+        .values(
+            input_tokens=BatchRow.input_tokens + int(usage.get("input_tokens") or 0),
+            cached_tokens=BatchRow.cached_tokens + int(input_details.get("cached_tokens") or 0),
+            output_tokens=BatchRow.output_tokens + int(usage.get("output_tokens") or 0),
+            reasoning_tokens=BatchRow.reasoning_tokens + int(output_details.get("reasoning_tokens") or 0),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(query)

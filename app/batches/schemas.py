@@ -49,6 +49,22 @@ class BatchRequestCounts(BaseModel):
     total: int
 
 
+class InputTokensDetails(BaseModel):
+    cached_tokens: int
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
+class BatchUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
 class BatchObject(BaseModel):
     id: str
     object: Literal["batch"] = "batch"
@@ -70,6 +86,7 @@ class BatchObject(BaseModel):
     errors: BatchErrors | None = None
     metadata: dict[str, str] | None = None
     request_counts: BatchRequestCounts
+    usage: BatchUsage
 
 
 class BatchList(BaseModel):

@@ -13,7 +13,10 @@ from app.batches.schemas import (
     BatchList,
     BatchObject,
     BatchRequestCounts,
+    BatchUsage,
     CreateBatchRequest,
+    InputTokensDetails,
+    OutputTokensDetails,
 )
 from app.db.base import utc_now
 from app.db.models import BatchRow
@@ -58,6 +61,13 @@ def batch_object(row: BatchRow) -> BatchObject:
         errors=BatchErrors.model_validate(row.errors) if row.errors is not None else None,
         metadata=row.metadata_,
         request_counts=BatchRequestCounts(completed=row.completed, failed=row.failed, total=row.total),
+        usage=BatchUsage(
+            input_tokens=row.input_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=row.cached_tokens),
+            output_tokens=row.output_tokens,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=row.reasoning_tokens),
+            total_tokens=row.input_tokens + row.output_tokens,
+        ),
     )
 
 
@@ -91,6 +101,10 @@ async def create_batch(database: Database, tenant: str, body: CreateBatchRequest
         total=0,
         completed=0,
         failed=0,
+        input_tokens=0,
+        cached_tokens=0,
+        output_tokens=0,
+        reasoning_tokens=0,
         created_at=now,
         expires_at=now + WINDOW,
     )

@@ -29,6 +29,11 @@ class BatchRow(Base):
     total: Mapped[int] = mapped_column(Integer, default=0)
     completed: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
+    #: The tokens of the lines collected so far (each added once, in the unit of work that settles its line).
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0)
     #: A node validating or finalizing the batch holds it until then (a conditional UPDATE claims it); an
     #: expired claim (its node died) is taken again.
     claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)

@@ -56,6 +56,10 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
     assert batch.request_counts is not None
     assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (10, 7, 3)
     assert seen_progress, "request_counts were never seen between 0 and done"
+    # Usage adds up every line's response (the refused ones never ran).
+    assert batch.usage is not None and batch.usage.output_tokens == 7 * len(FAKE_REPLY)
+    assert batch.usage.input_tokens > 0
+    assert batch.usage.total_tokens == batch.usage.input_tokens + batch.usage.output_tokens
     assert batch.in_progress_at and batch.finalizing_at and batch.completed_at
     assert batch.output_file_id and batch.error_file_id
     output_file = await sdk.files.retrieve(batch.output_file_id)
