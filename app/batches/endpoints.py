@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from app.api.deps import RuntimeDep, TenantDep
 from app.api.openapi import errors, json_body
+from app.api.paging import NewestFirstPageDep
 from app.batches import service
 from app.batches.schemas import BatchList, BatchObject, CreateBatchRequest
-from app.schemas.paging import PageRequest, page_request
 from app.schemas.parsing import parse_body
 
 router = APIRouter()
-
-
-async def get_batch_page(limit: int = 20, after: str | None = None) -> PageRequest:
-    """The batch list's paging (the SDK's: `after` and `limit`, newest first)."""
-    return page_request(limit, "desc", after)
-
-
-BatchPageDep = Annotated[PageRequest, Depends(get_batch_page)]
 
 
 # 404: the input file.
@@ -32,7 +22,7 @@ async def create_batch(request: Request, runtime: RuntimeDep, tenant: TenantDep)
 
 
 @router.get("/batches", responses=errors(400))
-async def list_batches(runtime: RuntimeDep, tenant: TenantDep, page: BatchPageDep) -> BatchList:
+async def list_batches(runtime: RuntimeDep, tenant: TenantDep, page: NewestFirstPageDep) -> BatchList:
     return await service.list_batches(runtime.database, tenant, page)
 
 
