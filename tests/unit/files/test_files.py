@@ -77,6 +77,9 @@ async def test_uploads_have_their_own_limit_and_other_routes_keep_theirs(client:
     too_large = await upload(client, b"a" * 5000)
     assert too_large.status_code == 413
     assert too_large.json()["error"]["code"] == "request_too_large"
+    # Far over, refused by its Content-Length before the body is read.
+    far_too_large = await upload(client, b"a" * 200_000)
+    assert far_too_large.status_code == 413 and "4096" not in far_too_large.json()["error"]["message"]
     # Every other route keeps max_request_bytes.
     create = await client.post("/v1/responses", json={"input": "x" * 3000})
     assert create.status_code == 413
