@@ -40,6 +40,9 @@ class _Superseded(Exception):
 
 async def advance_batches(runtime: Runtime, now: datetime | None = None) -> None:
     """One round of every step; each bounded, so a round stays short whatever the batches hold."""
+    async with runtime.database.read() as session:
+        if not await repository.any_moving_batch(session):
+            return
     moment = now or utc_now()
     per_round = runtime.settings.batch_lines_per_round
     await _validate_new(runtime, moment)
@@ -138,8 +141,12 @@ async def _stop_lines(runtime: Runtime, now: datetime) -> None:
 async def _take_back_submissions(runtime: Runtime, now: datetime) -> None:
     """A line claimed for submission long ago: running if its response was stored, else waiting again."""
     claimed_before = now - timedelta(seconds=SUBMIT_CLAIM_S)
+    async with runtime.database.read() as session:
+        stale = await repository.stale_submissions(session, claimed_before=claimed_before, limit=100)
+    if not stale:
+        return
     async with runtime.database.transaction() as session:
-        for line in await repository.stale_submissions(session, claimed_before=claimed_before, limit=100):
+        for line in stale:
             if await repository.response_exists(session, line.response_id):
                 await repository.move_line(session, line.batch_id, line.line, ("submitting",), state="running")
             else:

@@ -13,6 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import BatchLineRow, BatchRow, ResponseRow
 from app.events.terminal import TERMINAL_STATUSES
 
+#: The statuses of a batch that the periodic advance still moves.
+MOVING_BATCH_STATUSES = ("validating", "in_progress", "finalizing", "cancelling")
 #: The states of a line submitted and not yet collected.
 ACTIVE_LINE_STATES = ("submitting", "running", "stopping")
 #: The states of a line not yet written as an output line.
@@ -232,3 +234,9 @@ async def add_usage(session: AsyncSession, batch_id: str, usage: dict[str, Any])
         .execution_options(synchronize_session=False)
     )
     await session.execute(query)
+
+
+async def any_moving_batch(session: AsyncSession) -> bool:
+    """Whether any batch is still to be advanced (an idle round stops at this one query)."""
+    query = select(BatchRow.id).where(BatchRow.status.in_(MOVING_BATCH_STATUSES)).limit(1)
+    return (await session.execute(query)).first() is not None

@@ -43,7 +43,7 @@ async def two_done_two_running(client: httpx.AsyncClient, runtime: Runtime, runn
     return current
 
 
-@pytest.mark.settings(batch_interval_s=3600, batch_max_running_lines=2, batch_lines_per_round=2)
+@pytest.mark.settings(batch_max_running_lines=2, batch_lines_per_round=2)
 async def test_cancel_stops_running_lines_and_keeps_what_finished(
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
 ) -> None:
@@ -67,7 +67,7 @@ async def test_cancel_stops_running_lines_and_keeps_what_finished(
     assert again.status_code == 400 and "cancelled" in again.json()["error"]["message"]
 
 
-@pytest.mark.settings(batch_interval_s=3600, batch_max_running_lines=2, batch_lines_per_round=2)
+@pytest.mark.settings(batch_max_running_lines=2, batch_lines_per_round=2)
 async def test_past_its_window_a_batch_expires_with_what_finished_kept(
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
 ) -> None:
@@ -83,7 +83,6 @@ async def test_past_its_window_a_batch_expires_with_what_finished_kept(
     assert len(runner.jobs) == 4, "a line was submitted after the window"
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_a_batch_cancelled_while_validating_ends_cancelled_with_no_files(
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
 ) -> None:

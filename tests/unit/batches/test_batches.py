@@ -104,7 +104,6 @@ async def test_sdk_batch_runs_to_completed_with_output_and_error_files(
     assert lines_left == 0
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 @pytest.mark.parametrize(
     ("data", "code", "line", "param"),
     [
@@ -137,7 +136,6 @@ async def test_an_invalid_file_fails_the_batch_with_errors(
     assert failed["output_file_id"] is None and failed["error_file_id"] is None
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_more_than_the_line_limit_fails_the_batch(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     line = b'{"custom_id": "%d", "method": "POST", "url": "/v1/responses", "body": {}}\n'
     data = b"".join(line % index for index in range(MAX_LINES + 1))
@@ -149,7 +147,6 @@ async def test_more_than_the_line_limit_fails_the_batch(client: httpx.AsyncClien
     ]
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_create_refuses_other_endpoints_windows_and_files(client: httpx.AsyncClient) -> None:
     sdk = sdk_for(client)
     file_id = await upload(client, jsonl([request_line("a")]))
@@ -170,7 +167,6 @@ async def test_create_refuses_other_endpoints_windows_and_files(client: httpx.As
     assert (await client.get("/v1/batches")).json()["data"] == []
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_an_output_file_is_no_batch_input(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     batch = await create_batch(client, jsonl([request_line("a")]))
     done = await advance_until(app_runtime, client, batch["id"])
@@ -182,7 +178,6 @@ async def test_an_output_file_is_no_batch_input(client: httpx.AsyncClient, app_r
     assert reply.status_code == 404 and reply.json()["error"]["param"] == "input_file_id"
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_list_pages_newest_first(client: httpx.AsyncClient) -> None:
     ids = [(await create_batch(client, jsonl([request_line("a")])))["id"] for _ in range(3)]
     sdk = sdk_for(client)
@@ -191,7 +186,6 @@ async def test_list_pages_newest_first(client: httpx.AsyncClient) -> None:
     assert [entry.id async for entry in sdk.batches.list(limit=2)] == ids[::-1]
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_batches_are_their_tenants_alone(two_tenants: tuple[httpx.AsyncClient, httpx.AsyncClient]) -> None:
     alpha, beta = two_tenants
     batch = await create_batch(alpha, jsonl([request_line("a")]))
@@ -207,7 +201,6 @@ async def test_batches_are_their_tenants_alone(two_tenants: tuple[httpx.AsyncCli
     assert (await alpha.get(f"/v1/batches/{batch['id']}")).json()["id"] == batch["id"]
 
 
-@pytest.mark.settings(batch_interval_s=3600)
 async def test_a_failed_response_is_an_error_line_with_status_500(
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner
 ) -> None:
