@@ -209,6 +209,27 @@ class Settings(BaseSettings):
         description="A WebSocket connection with nothing running, nothing waiting and no message for this long is "
         "closed (code 1000), freeing the tenant's in-flight slot it holds.",
     )
+    file_max_bytes: int = Field(
+        200 * 1024 * 1024,
+        ge=1024,
+        description="Largest file POST /v1/files takes, in bytes (200 MiB, as hosted); a larger upload is refused with "
+        "a 413 before it is read in full. Uploads have this limit instead of max_request_bytes.",
+    )
+    batch_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often each API node advances batches: validates new ones, submits waiting lines, collects "
+        "finished ones and writes the output files of those that are done.",
+    )
+    batch_max_running_lines: int = Field(
+        16,
+        ge=1,
+        description="Most batch lines submitted and not yet finished at once, across every batch and node; the rest "
+        "wait in the database, not in the queue.",
+    )
+    batch_lines_per_round: int = Field(
+        64, ge=1, description="Most batch lines one node submits (and, as many again, collects) in one advance."
+    )
     max_json_depth: int = Field(
         64, ge=8, le=500, description="Deepest nesting of objects and arrays a request body may have (a 400 beyond)."
     )

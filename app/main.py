@@ -13,12 +13,15 @@ from fastapi import APIRouter, FastAPI
 from app.api import docs
 from app.api.errors import register_error_handlers
 from app.api.openapi import describe_api
-from app.api.request_guards import RequestGuards
+from app.api.request_guards import RequestGuards, UploadLimit
+from app.batches import endpoints as batches
+from app.batches.advance import advance_batches
 from app.config import Settings
 from app.console.endpoints import mount_console
 from app.conversations import endpoints as conversations
 from app.db import migrations
 from app.db.session import Database
+from app.files import endpoints as files
 from app.generation.model_pool import ModelPool
 from app.generation.registry import ModelRegistry
 from app.generation.registry_loading import load_registry
@@ -48,6 +51,9 @@ from app.webhooks import endpoints as webhooks
 from app.webhooks.delivery import WebhookDeliverer
 
 logger = logging.getLogger(__name__)
+
+#: Room for an upload's multipart framing (boundaries, part headers, the `purpose` field) beyond its file's bytes.
+MULTIPART_FRAMING_BYTES = 64 * 1024
 
 GenerationFactory = Callable[
     [Settings, ModelRegistry, Database, TenantRateLimits], Awaitable[tuple[RendererCache, GenerationQueue]]
@@ -154,6 +160,11 @@ def create_app(
         # The first round one interval after start, not at once: the start-up (reconciliation) goes first.
         deliver = run_periodically("delivering webhooks", interval_s, deliverer.run_round, first_delay_s=interval_s)
         maintenance.append(asyncio.create_task(deliver))
+        # Batches advance on every API node (they submit lines through this node's queue); their steps are
+        # conditional UPDATEs, safe with several nodes at once.
+        runtime = app.state.runtime
+        advance = run_periodically("advancing batches", settings.batch_interval_s, lambda: advance_batches(runtime))
+        maintenance.append(asyncio.create_task(advance))
         try:
             yield
         finally:
@@ -170,13 +181,15 @@ def create_app(
     app = FastAPI(title="llama-responses", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.openapi = lambda: describe_api(app, settings)  # type: ignore[method-assign]
     register_error_handlers(app)
-    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes)
+    # An upload has its own, larger limit (its multipart framing included); every other route keeps the request's.
+    uploads = [UploadLimit("POST", "/v1/files", settings.file_max_bytes + MULTIPART_FRAMING_BYTES)]
+    app.add_middleware(RequestGuards, max_request_bytes=settings.max_request_bytes, upload_limits=uploads)
     # Outside the guards: their refusals carry the headers too (of the limits that are on, once a tenant is known).
     app.add_middleware(RateLimitHeaders)
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models, keys, webhooks):
+    for module in (responses, conversations, served_models, keys, webhooks, files, batches):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

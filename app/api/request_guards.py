@@ -1,8 +1,11 @@
-"""ASGI guard in front of every HTTP route: bodies over the size limit refused before they are read in full, headers
-over theirs, and URLs holding a NUL character (which no id can hold, and Postgres cannot even compare) refused
-before routing."""
+"""ASGI guard in front of every HTTP route: bodies over the size limit (an upload route's own, larger one on that
+route) refused before they are read in full, headers over theirs, and URLs holding a NUL character (which no id can
+hold, and Postgres cannot even compare) refused before routing."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,10 +24,23 @@ def headers_too_large() -> HeadersTooLarge:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class UploadLimit:
+    """A route whose body may be larger than every other's (a file upload): `max_bytes` instead of the limit."""
+
+    method: str
+    path: str
+    max_bytes: int
+
+
 class RequestGuards:
-    def __init__(self, app: ASGIApp, *, max_request_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_request_bytes: int, upload_limits: Sequence[UploadLimit] = ()) -> None:
         self.app = app
         self.max_request_bytes = max_request_bytes
+        self.upload_limits = {(limit.method, limit.path): limit.max_bytes for limit in upload_limits}
+
+    def _body_limit(self, scope: Scope) -> int:
+        return self.upload_limits.get((scope.get("method", ""), scope.get("path", "")), self.max_request_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -34,7 +50,7 @@ class RequestGuards:
         if refusal is not None:
             await error_response(refusal)(scope, receive, send)
             return
-        limit = self.max_request_bytes
+        limit = self._body_limit(scope)
         received = 0
 
         async def limited_receive() -> Message:
@@ -57,8 +73,8 @@ class RequestGuards:
             )
         header_bytes = 0
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_request_bytes:
-                return request_too_large(self.max_request_bytes)
+            if name == b"content-length" and value.isdigit() and int(value) > (limit := self._body_limit(scope)):
+                return request_too_large(limit)
             header_bytes += len(name) + len(value) + 4  # as sent: "name: value\r\n"
         if header_bytes > MAX_HEADER_BYTES:
             # Whether uvicorn already refused them depends on how the bytes arrived (it only limits a header block

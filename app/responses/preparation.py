@@ -13,7 +13,7 @@ from app.config import Settings
 from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, JobClass
 from app.generation.registry import ModelSpec
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id
@@ -129,10 +129,16 @@ def check_combination(request: CreateResponseRequest) -> None:
 
 
 async def prepare_response(
-    request: CreateResponseRequest, rendered: RenderedContext, tenant: str, settings: Settings
+    request: CreateResponseRequest,
+    rendered: RenderedContext,
+    tenant: str,
+    settings: Settings,
+    *,
+    response_id: str | None = None,
+    job_class: JobClass | None = None,
 ) -> PreparedResponse:
     """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
-    stored or generated here."""
+    stored or generated here. `job_class`: where its job waits (default: by the request, see below)."""
     context = rendered.context
     tools = context.tools
     params = _params_of(request, settings, context.model)
@@ -140,7 +146,7 @@ async def prepare_response(
     created = utc_now()
     response = ResponseObject(
         **params.model_dump(),
-        id=new_id("resp"),
+        id=response_id or new_id("resp"),
         created_at=int(created.timestamp()),
         status="queued",
         model=context.model.id,
@@ -165,7 +171,7 @@ async def prepare_response(
         tenant=tenant,
         model=context.model.id,
         # Nobody waits on a background job: it yields to every create whose client does (batches set "batch").
-        job_class="background" if params.background else "interactive",
+        job_class=job_class or ("background" if params.background else "interactive"),
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         reasoning_tags=context.reasoning_tags,

@@ -5,6 +5,7 @@ what a create with the same body would read and refuse what it refuses."""
 
 from __future__ import annotations
 
+from app.generation.job import JobClass
 from app.responses.compaction import compact_context
 from app.responses.context import ConnectionChain, gather_context, render_prompt
 from app.responses.preparation import PreparedResponse, RenderedContext, check_combination, prepare_response
@@ -26,12 +27,22 @@ async def render_context(
 
 
 async def prepare(
-    request: CreateResponseRequest, tenant: str, runtime: Runtime, *, connection: ConnectionChain | None = None
+    request: CreateResponseRequest,
+    tenant: str,
+    runtime: Runtime,
+    *,
+    connection: ConnectionChain | None = None,
+    response_id: str | None = None,
+    job_class: JobClass | None = None,
 ) -> PreparedResponse:
-    """Everything that can fail with a 400 happens here, before the response is stored."""
+    """Everything that can fail with a 400 happens here, before the response is stored. `response_id`: the id
+    fixed beforehand (a batch line's, so that the line runs once); default: a new one. `job_class`: "batch" for a
+    batch line (it waits behind every other job); default: by the request."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
-    return await prepare_response(request, rendered, tenant, runtime.settings)
+    return await prepare_response(
+        request, rendered, tenant, runtime.settings, response_id=response_id, job_class=job_class
+    )
 
 
 async def count_input_tokens(request: CreateResponseRequest, tenant: str, runtime: Runtime) -> InputTokenCount:

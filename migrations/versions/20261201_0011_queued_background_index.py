@@ -1,7 +1,7 @@
 """an index for counting a tenant's queued background responses (the cap checked at each background create)
 
 Revision ID: 20261201_0011
-Revises: 20261129_0009
+Revises: 20261130_0010
 Create Date: 2026-12-01
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "20261201_0011"
-down_revision = "20261129_0009"
+down_revision = "20261130_0010"
 branch_labels = None
 depends_on = None
 

@@ -27,9 +27,11 @@ def runner() -> FakeRunner:
 
 @pytest.fixture
 def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
-    """A fresh SQLite file; `@pytest.mark.settings(strict_tools=True)` and the like override fields."""
+    """A fresh SQLite file; `@pytest.mark.settings(strict_tools=True)` and the like override fields. The periodic
+    batch advance is off (hourly) unless a test sets `batch_interval_s`: its queries stay out of other tests'
+    counts, and batch tests advance when they choose."""
     marker = request.node.get_closest_marker("settings")
-    overrides = marker.kwargs if marker else {}
+    overrides = {"batch_interval_s": 3600.0, **(marker.kwargs if marker else {})}
     return Settings(
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'unit.db'}", model_id="fake-model", _env_file=None, **overrides
     )

@@ -18,7 +18,7 @@ from app.main import create_app
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
 DOC_PATHS = ("/openapi.json", "/docs", "/redoc")
-#: Every route that reads a JSON body, and whether the body is required.
+#: Every route that reads a body (JSON; an upload's multipart), and whether the body is required.
 BODIES = {
     ("post", "/v1/responses"): True,
     ("post", "/v1/responses/compact"): True,
@@ -31,6 +31,8 @@ BODIES = {
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}"): False,
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/rotate_secret"): False,
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/test"): True,
+    ("post", "/v1/files"): True,
+    ("post", "/v1/batches"): True,
 }
 
 

@@ -1,0 +1,2 @@
+"""The Batch API: a JSONL file of /v1/responses requests run as background responses within a window, the
+results as output and error files."""

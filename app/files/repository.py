@@ -1,0 +1,75 @@
+"""Queries on files and their chunks: insert, read, page, delete."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import and_, delete, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import FileChunkRow, FileRow
+
+
+async def insert_file(session: AsyncSession, row: FileRow) -> None:
+    session.add(row)
+    await session.flush()
+
+
+async def insert_chunk(session: AsyncSession, file_id: str, position: int, data: bytes) -> None:
+    session.add(FileChunkRow(file_id=file_id, position=position, data=data))
+    await session.flush()
+
+
+async def get_file(session: AsyncSession, file_id: str, tenant: str) -> FileRow | None:
+    query = select(FileRow).where(FileRow.id == file_id, FileRow.tenant == tenant)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def chunk(session: AsyncSession, file_id: str, position: int) -> bytes | None:
+    query = select(FileChunkRow.data).where(FileChunkRow.file_id == file_id, FileChunkRow.position == position)
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def delete_file(session: AsyncSession, file_id: str, tenant: str) -> bool:
+    if await get_file(session, file_id, tenant) is None:
+        return False
+    # Explicitly, not only by the cascade: a database without foreign keys enforced keeps no orphan chunks.
+    await session.execute(delete(FileChunkRow).where(FileChunkRow.file_id == file_id))
+    await session.execute(delete(FileRow).where(FileRow.id == file_id))
+    return True
+
+
+async def page_files(
+    session: AsyncSession,
+    tenant: str,
+    purpose: str | None,
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after: FileRow | None,
+) -> tuple[list[FileRow], bool]:
+    """One page of the tenant's files (of `purpose`), in `order` of creation after the `after` row; ties on
+    created_at broken by id, so that a cursor never skips nor repeats a file."""
+    query = select(FileRow).where(FileRow.tenant == tenant)
+    if purpose is not None:
+        query = query.where(FileRow.purpose == purpose)
+    if order == "desc":
+        if after is not None:
+            query = query.where(
+                or_(
+                    FileRow.created_at < after.created_at,
+                    and_(FileRow.created_at == after.created_at, FileRow.id < after.id),
+                )
+            )
+        query = query.order_by(FileRow.created_at.desc(), FileRow.id.desc())
+    else:
+        if after is not None:
+            query = query.where(
+                or_(
+                    FileRow.created_at > after.created_at,
+                    and_(FileRow.created_at == after.created_at, FileRow.id > after.id),
+                )
+            )
+        query = query.order_by(FileRow.created_at.asc(), FileRow.id.asc())
+    rows = list((await session.execute(query.limit(limit + 1))).scalars())
+    return rows[:limit], len(rows) > limit

@@ -1,0 +1,39 @@
+"""The Files API's wire format, named and shaped as the SDK's FileObject, FileDeleted and its cursor page."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+#: What a file is for: uploaded for a batch, or written by one (its output and error files).
+FilePurpose = Literal["batch", "batch_output"]
+#: The purposes an upload may name today.
+UPLOAD_PURPOSES = ("batch",)
+
+
+class FileObject(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: FilePurpose
+    # NOTE: deprecated in the hosted API, still in the SDK's type: a stored file is always "processed".
+    status: Literal["uploaded", "processed", "error"] = "processed"
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FileObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool = True

@@ -1,0 +1,98 @@
+"""The Files API: upload (purpose "batch"), retrieve, list, delete, and a file's content streamed out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+
+from app.db.models import FileRow
+from app.db.session import Database
+from app.errors import InvalidRequest, NotFound
+from app.files import repository
+from app.files.schemas import UPLOAD_PURPOSES, FileDeleted, FileList, FileObject
+from app.files.storage import FileWriter, read_chunks
+from app.runtime import Runtime
+from app.schemas.paging import PageRequest, cursor_page, page_after
+from app.schemas.parsing import request_too_large
+
+#: The longest file name kept (longer ones are cut).
+MAX_FILENAME_CHARS = 512
+
+
+def file_not_found(file_id: str) -> NotFound:
+    return NotFound(f"No such File object: {file_id}", param="file_id")
+
+
+def file_object(row: FileRow) -> FileObject:
+    return FileObject(
+        id=row.id,
+        bytes=row.bytes,
+        created_at=int(row.created_at.timestamp()),
+        filename=row.filename,
+        purpose=row.purpose,
+    )
+
+
+def check_purpose(purpose: str | None) -> str:
+    if not purpose:
+        raise InvalidRequest(
+            "Missing required parameter: 'purpose'.", param="purpose", code="missing_required_parameter"
+        )
+    if purpose not in UPLOAD_PURPOSES:
+        # NOTE: the hosted API takes more purposes (fine-tune, assistants, vision, user_data...); only batch
+        # input has a use here yet.
+        raise InvalidRequest(
+            f"Invalid value for 'purpose': '{purpose[:64]}'. Only 'batch' is supported for now.",
+            param="purpose",
+            code="invalid_value",
+        )
+    return purpose
+
+
+async def upload_file(
+    runtime: Runtime, tenant: str, *, purpose: str, filename: str, content: AsyncIterator[bytes]
+) -> FileObject:
+    """Store the upload's bytes as they come (whole or not at all: one unit of work); over the size limit, a 413."""
+    limit = runtime.settings.file_max_bytes
+    async with runtime.database.transaction() as session:
+        writer = FileWriter(session, tenant=tenant, purpose=purpose, filename=filename[:MAX_FILENAME_CHARS])
+        async for data in content:
+            if writer.row.bytes + len(data) > limit:
+                raise request_too_large(limit)
+            await writer.write(data)
+        row = await writer.close()
+    return file_object(row)
+
+
+async def get_file(database: Database, file_id: str, tenant: str) -> FileObject:
+    async with database.read() as session:
+        row = await repository.get_file(session, file_id, tenant)
+    if row is None:
+        raise file_not_found(file_id)
+    return file_object(row)
+
+
+async def list_files(database: Database, tenant: str, purpose: str | None, page: PageRequest) -> FileList:
+    async with database.read() as session:
+        rows, has_more = await page_after(
+            page,
+            partial(repository.get_file, session, tenant=tenant),
+            lambda after: repository.page_files(
+                session, tenant, purpose, limit=page.limit, order=page.order, after=after
+            ),
+            unknown_after=lambda after: f"Invalid 'after': no file '{after}'.",
+        )
+    return cursor_page(FileList, [file_object(row) for row in rows], has_more)
+
+
+async def delete_file(database: Database, file_id: str, tenant: str) -> FileDeleted:
+    async with database.transaction() as session:
+        if not await repository.delete_file(session, file_id, tenant):
+            raise file_not_found(file_id)
+    return FileDeleted(id=file_id)
+
+
+async def file_content(database: Database, file_id: str, tenant: str) -> AsyncIterator[bytes]:
+    """The file's bytes, a chunk at a time; a 404 (before the first byte) when the tenant has no such file."""
+    await get_file(database, file_id, tenant)
+    return read_chunks(database, file_id)
