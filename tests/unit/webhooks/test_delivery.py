@@ -310,7 +310,6 @@ async def test_a_name_resolving_to_a_private_address_is_a_failed_attempt(
 async def test_an_endpoint_failing_for_the_whole_window_is_disabled(
     client: httpx.AsyncClient, app_runtime: Runtime
 ) -> None:
-    window = DeliveryPolicy(retry_window_s=0.3, first_retry_s=0.0)
     failed_before = counter("llama_responses_webhook_deliveries_failed_total")
     with running_receiver() as receiver:
         receiver.status = 500
@@ -318,10 +317,19 @@ async def test_an_endpoint_failing_for_the_whole_window_is_disabled(
         async with app_runtime.database.transaction() as session:
             await record_event(session, tenant=OPEN_TENANT, event_type="batch.completed", object_id="batch_1")
             await record_event(session, tenant=OPEN_TENANT, event_type="batch.completed", object_id="batch_2")
-        sender = deliverer(app_runtime, window)
+        sender = deliverer(app_runtime)
         await sender.run_round()
         assert (await client.get(f"/v1/webhook_endpoints/{made['id']}")).json()["status"] == "enabled"
-        await asyncio.sleep(0.35)
+        # The window (an hour) passes: the events and the endpoint's failing streak are made older than it, rather
+        # than slept through (a short window raced the rounds' own time on a loaded machine).
+        past = timedelta(seconds=AT_ONCE.retry_window_s + 60)
+        async with app_runtime.database.transaction() as session:
+            for row in await session.scalars(select(WebhookDeliveryRow)):
+                row.created_at -= past
+                row.next_attempt_at = utc_now()
+            endpoint_row = await session.get(WebhookEndpointRow, made["id"])
+            assert endpoint_row is not None and endpoint_row.failing_since is not None
+            endpoint_row.failing_since -= past
         await sender.run_round()
     assert (await client.get(f"/v1/webhook_endpoints/{made['id']}")).json()["status"] == "disabled"
     assert {row.status for row in await stored(app_runtime)} == {"failed"}
