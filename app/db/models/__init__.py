@@ -14,6 +14,7 @@ from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
 from app.db.models.stored_file import FileRow
+from app.db.models.usage_day import UsageDayRow
 from app.db.models.webhook_delivery import WebhookDeliveryRow
 from app.db.models.webhook_endpoint import WebhookEndpointRow
 
@@ -32,6 +33,7 @@ __all__ = [
     "ResponseEventRow",
     "ResponseRow",
     "ServerSecretRow",
+    "UsageDayRow",
     "WebhookDeliveryRow",
     "WebhookEndpointRow",
 ]
