@@ -8,13 +8,13 @@ from app.db.models.conversation_item import ConversationItemRow
 from app.db.models.file_chunk import FileChunkRow
 from app.db.models.generation_progress import GenerationProgressRow
 from app.db.models.input_item import InputItemRow
+from app.db.models.metering.usage_day import UsageDayRow
 from app.db.models.output_item import OutputItemRow
 from app.db.models.project import ProjectRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
 from app.db.models.stored_file import FileRow
-from app.db.models.usage_day import UsageDayRow
 from app.db.models.webhook_delivery import WebhookDeliveryRow
 from app.db.models.webhook_endpoint import WebhookEndpointRow
 
