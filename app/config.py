@@ -190,6 +190,21 @@ class Settings(BaseSettings):
         "after that a replay sends only the terminal event, built from the stored response. 0 keeps them forever; "
         "at most 876000 (100 years).",
     )
+    usage_retention_days: int = Field(
+        400,
+        ge=0,
+        le=36500,
+        description="How long the usage table keeps a day's counters (GET /v1/usage), in days from that day; "
+        "0 keeps them forever; at most 36500 (100 years).",
+    )
+    metrics_max_tenants: int = Field(
+        100,
+        ge=0,
+        le=10000,
+        description="How many tenants the per-tenant Prometheus counters name, per process (the first ones seen); "
+        'the others are counted as tenant="other", so that the series stay bounded. Bootstrap keys\' tenants '
+        'are labelled "bootstrap".',
+    )
     max_request_bytes: int = Field(
         2 * 1024 * 1024,
         ge=1024,

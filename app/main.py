@@ -36,6 +36,7 @@ from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.redis_store import RedisBucketStore
 from app.observability import tracing
+from app.observability.metrics import limit_tenant_labels
 from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
 from app.ops.periodic import run_periodically
@@ -47,6 +48,7 @@ from app.served_models import endpoints as served_models
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
+from app.usage import endpoints as usage
 from app.webhooks import endpoints as webhooks
 from app.webhooks.delivery import WebhookDeliverer
 
@@ -119,6 +121,7 @@ def create_app(
         if not database_ready:
             await migrations.prepare_database(settings)
         database = Database.connect(settings.database_url)
+        limit_tenant_labels(settings.metrics_max_tenants)
         if traced:
             tracing.instrument_database(database.engine)
         registry = load_registry(settings)
@@ -189,7 +192,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models, keys, webhooks, files, batches):
+    for module in (responses, conversations, served_models, keys, webhooks, files, batches, usage):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

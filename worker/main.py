@@ -21,7 +21,7 @@ from arq.worker import Worker
 from app.config import Settings
 from app.generation.engine import concurrency
 from app.generation.job import GenerationJob
-from app.observability.metrics import REDIS_ERRORS
+from app.observability.metrics import REDIS_ERRORS, limit_tenant_labels
 from app.ops.periodic import run_periodically
 from app.transport.redis_queue import (
     AFFINITY_TTL_S,
@@ -151,6 +151,7 @@ async def _run_queue(ctx: dict[str, Any], queue_name: str) -> None:
 async def startup(
     ctx: dict[str, Any], *, settings: Settings, models: Sequence[str], announcements: JobAnnouncements
 ) -> None:
+    limit_tenant_labels(settings.metrics_max_tenants)
     runtime = ctx[RUNTIME_KEY] = await WorkerRuntime.start(settings, models, ctx["redis"], announcements)
     tasks: dict[str, Callable[[], Awaitable[None]]] = {
         "signal listener": partial(listen_for_signals, runtime.redis, announcements, runtime.executor.cancel),

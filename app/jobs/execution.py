@@ -30,7 +30,7 @@ from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
 from app.jobs import event_batches, repository
 from app.jobs.event_batches import EventBatch, Payload
-from app.jobs.final_state import final_values, record_final_items, row_verdict
+from app.jobs.final_state import final_values, record_final_items, record_unstored_usage, row_verdict
 from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
@@ -125,7 +125,7 @@ class JobExecution:
         async with self.database.transaction() as session:
             if self.lease is not None:
                 if final is not None:
-                    await self.lease.finish(session, final_values(final))
+                    await self.lease.finish(session, final_values(final), generation_s=self.observer.generation_s())
                 else:
                     await self.lease.renew(session, step)
             if self.job.keep_events:
@@ -184,6 +184,8 @@ class JobExecution:
             events = self.assembler.finish(output, completed_at=int(time.time()))
         self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
+        if self.lease is None:  # a stored response's usage is added with its final state (repository._ended)
+            await record_unstored_usage(self.database, self.job, self.assembler.response, self.observer.generation_s())
         first = self._first_unsent(events)
         try:
             await self._emit(events, final=self.assembler.response if keeps_state else None)
@@ -227,7 +229,7 @@ class JobExecution:
         async def store() -> None:
             async with self.database.transaction() as session:
                 if self.lease is not None:
-                    await self.lease.finish(session, final_values(failed))
+                    await self.lease.finish(session, final_values(failed), generation_s=self.observer.generation_s())
                 if self.job.keep_events:
                     await repository.insert_events(session, self.job.response_id, payloads)
 

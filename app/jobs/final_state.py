@@ -17,6 +17,7 @@ from app.generation.job import GenerationJob
 from app.items import repository as items
 from app.jobs import repository
 from app.schemas.responses import ResponseObject
+from app.usage import repository as usage
 
 logger = logging.getLogger(__name__)
 
@@ -61,3 +62,24 @@ async def row_verdict(database: Database, job: GenerationJob, sequence_number: i
     except Exception:
         logger.exception("could not read how %s ended", job.response_id)
         return None
+
+
+async def record_unstored_usage(
+    database: Database, job: GenerationJob, final: ResponseObject, generation_s: float
+) -> None:
+    """A `store: false` response's usage (it has no row whose final write could add it), in a unit of work of its
+    own, before its end is sent. NOTE: a failure is logged and dropped: the response matters more than a count."""
+    created_at = job.response.get("created_at")
+    created = datetime.fromtimestamp(created_at, UTC) if isinstance(created_at, int | float) else datetime.now(UTC)
+    entry = usage.entry_of(
+        tenant=job.tenant,
+        model=final.model,
+        day=created.date(),
+        usage=final.usage.model_dump(mode="json") if final.usage else None,
+        generation_s=generation_s,
+    )
+    try:
+        async with database.transaction() as session:
+            await usage.add(session, entry)
+    except Exception as error:
+        logger.warning("could not count the usage of %s: %s", job.response_id, error)

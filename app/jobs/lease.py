@@ -112,9 +112,13 @@ class JobLease:
         )
         return cancel
 
-    async def finish(self, session: AsyncSession, values: dict[str, Any]) -> None:
-        """Store the final state (`values`: final_state.final_values); LeaseLost when it is not ours."""
-        if not await repository.finish_held(session, self.response_id, holder=self.holder, values=values):
+    async def finish(self, session: AsyncSession, values: dict[str, Any], *, generation_s: float = 0.0) -> None:
+        """Store the final state (`values`: final_state.final_values; `generation_s`: how long this run generated,
+        for usage); LeaseLost when it is not ours."""
+        ended = await repository.finish_held(
+            session, self.response_id, holder=self.holder, values=values, generation_s=generation_s
+        )
+        if not ended:
             raise LeaseLost(self.response_id)
 
     async def hand_over(self, session: AsyncSession, progress: ProgressStep | None) -> bool:

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, null, or_, select, upd
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
+from app.usage import repository as usage
 from app.webhooks.outbox import record_response_end
 
 
@@ -143,21 +144,33 @@ async def _drop_progress(session: AsyncSession, response_id: str) -> None:
     await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
 
 
-async def _ended(session: AsyncSession, response_id: str) -> None:
-    """What follows a response's end in the same unit of work, whoever ended it: its progress dropped, and its
-    webhook event written to the outbox (committed with the final state, or not at all)."""
+async def _ended(session: AsyncSession, response_id: str, *, generation_s: float = 0.0) -> None:
+    """What follows a response's end in the same unit of work, whoever ended it: its progress dropped, its webhook
+    event written to the outbox and its usage added to its tenant's day (committed with the final state, or not at
+    all). `generation_s`: how long the run that ended it generated (0 when nobody was running it)."""
     await _drop_progress(session, response_id)
-    query = select(ResponseRow.tenant, ResponseRow.status, ResponseRow.background).where(ResponseRow.id == response_id)
-    tenant, status, background = (await session.execute(query)).one()
+    query = select(
+        ResponseRow.tenant,
+        ResponseRow.status,
+        ResponseRow.background,
+        ResponseRow.model,
+        ResponseRow.usage,
+        ResponseRow.created_at,
+    ).where(ResponseRow.id == response_id)
+    tenant, status, background, model, used, created_at = (await session.execute(query)).one()
     await record_response_end(session, tenant=tenant, response_id=response_id, status=status, background=background)
+    entry = usage.entry_of(tenant=tenant, model=model, day=created_at.date(), usage=used, generation_s=generation_s)
+    await usage.add(session, entry)
 
 
-async def finish_held(session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]) -> bool:
+async def finish_held(
+    session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], generation_s: float = 0.0
+) -> bool:
     """The final state of a response whose job `holder` still holds; the job and its progress are dropped."""
     final = {**values, "job": null(), "lease_expires_at": None}
     if not await _update(session, final, ResponseRow.id == response_id, _held_by(holder)):
         return False
-    await _ended(session, response_id)
+    await _ended(session, response_id, generation_s=generation_s)
     return True
 
 

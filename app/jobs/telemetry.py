@@ -19,8 +19,12 @@ from app.observability.metrics import (
     PROMPT_TOKENS,
     QUEUE_WAIT,
     RESPONSES,
+    TENANT_INPUT_TOKENS,
+    TENANT_OUTPUT_TOKENS,
+    TENANT_REQUESTS,
     TIME_TO_FIRST_TOKEN,
     TOKENS_PER_SECOND,
+    tenant_label,
 )
 
 logger = logging.getLogger("llama_responses.generation")
@@ -70,10 +74,16 @@ class JobObserver:
         if not self.resumed and self.queued_at is not None:
             TIME_TO_FIRST_TOKEN.labels(self.model).observe(max(self.first_ns / 1e9 - self.queued_at, 0.0))
 
+    def generation_s(self) -> float:
+        """Seconds since this run's generation started (its prefill); 0 before it started."""
+        return max((time.time_ns() - self.started_ns) / 1e9, 0.0) if self.started_ns else 0.0
+
     def finished(self, status: str, finish: Finish | None) -> None:
         """The run ended with this final status (`finish` None: the model failed)."""
         end_ns = time.time_ns()
         RESPONSES.labels(self.model, status).inc()
+        tenant = tenant_label(self.job.tenant)
+        TENANT_REQUESTS.labels(tenant).inc()
         first_ns = self.first_ns if self.first_ns is not None else end_ns
         output_tokens = finish.output_tokens if finish is not None else 0
         logger.info(
@@ -93,6 +103,8 @@ class JobObserver:
             return
         PROMPT_TOKENS.labels(self.model).inc(finish.prompt_tokens)
         OUTPUT_TOKENS.labels(self.model).inc(finish.output_tokens)
+        TENANT_INPUT_TOKENS.labels(tenant).inc(finish.prompt_tokens)
+        TENANT_OUTPUT_TOKENS.labels(tenant).inc(finish.output_tokens)
         if finish.cached_tokens:
             PREFIX_CACHE_HITS.labels(self.model).inc()
             PREFIX_CACHE_REUSED_TOKENS.labels(self.model).inc(finish.cached_tokens)

@@ -8,6 +8,7 @@ PROMETHEUS_MULTIPROC_DIR set (before the process starts), several processes serv
 from __future__ import annotations
 
 import os
+import threading
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -171,6 +172,70 @@ WEBHOOK_LAG = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400, 259200),
     registry=REGISTRY,
 )
+
+TENANT_REQUESTS = Counter(
+    f"{PREFIX}_tenant_requests_total",
+    "Generations ended, by tenant (at most RESPONSES_METRICS_MAX_TENANTS tenants by name, the rest as 'other').",
+    ["tenant"],
+    registry=REGISTRY,
+)
+TENANT_INPUT_TOKENS = Counter(
+    f"{PREFIX}_tenant_input_tokens_total",
+    "Prompt tokens read, by tenant (labelled as in llama_responses_tenant_requests_total).",
+    ["tenant"],
+    registry=REGISTRY,
+)
+TENANT_OUTPUT_TOKENS = Counter(
+    f"{PREFIX}_tenant_output_tokens_total",
+    "Tokens generated, by tenant (labelled as in llama_responses_tenant_requests_total).",
+    ["tenant"],
+    registry=REGISTRY,
+)
+
+#: The label of every tenant past the cap.
+OTHER_TENANTS = "other"
+#: The label of every bootstrap key's tenant (RESPONSES_API_KEYS).
+BOOTSTRAP_TENANTS = "bootstrap"
+DEFAULT_MAX_TENANT_LABELS = 100
+
+
+class TenantLabels:
+    """The `tenant` label of the per-tenant counters, with bounded cardinality: the first `limit` tenants this
+    process counts keep their own label, every later one is `other` (a Prometheus series a label value, forever).
+
+    NOTE: a bootstrap key's tenant ("key:" + its SHA-256) is labelled `bootstrap`, not by name: metrics travel to
+    systems with their own access rules (Prometheus, dashboards), and the hash of an operator-chosen key can be
+    checked against guesses offline. Project tenants ("project:" + a random id) and the open server's `public`
+    carry no secret. The usage API (admins only across tenants) tells bootstrap keys apart."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_TENANT_LABELS) -> None:
+        self.limit = limit
+        self._named: set[str] = set()
+        self._lock = threading.Lock()
+
+    def label(self, tenant: str) -> str:
+        if tenant.startswith("key:"):
+            return BOOTSTRAP_TENANTS
+        with self._lock:
+            if tenant in self._named:
+                return tenant
+            if len(self._named) < self.limit:
+                self._named.add(tenant)
+                return tenant
+        return OTHER_TENANTS
+
+
+#: This process's labels: the cap is set from the settings at start-up (limit_tenant_labels).
+TENANT_LABELS = TenantLabels()
+
+
+def tenant_label(tenant: str) -> str:
+    return TENANT_LABELS.label(tenant)
+
+
+def limit_tenant_labels(limit: int) -> None:
+    """RESPONSES_METRICS_MAX_TENANTS, applied by each process as it starts (tenants already named keep theirs)."""
+    TENANT_LABELS.limit = limit
 
 
 def multiprocess_dir() -> str | None:

@@ -124,6 +124,7 @@ def _prune(_: argparse.Namespace) -> int:
     print(
         f"purged {report.purged_responses} responses older than {settings.retention_days:g} days; "
         f"dropped the stream events of {report.pruned_event_streams} responses finished over "
-        f"{settings.events_retention_hours:g} hours ago"
+        f"{settings.events_retention_hours:g} hours ago; dropped {report.pruned_usage_days} usage rows older than "
+        f"{settings.usage_retention_days} days"
     )
     return 0

@@ -1,5 +1,6 @@
-"""Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
-background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass.
+"""Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, the events of finished
+background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass, and a day's usage counters once
+RESPONSES_USAGE_RETENTION_DAYS pass.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +24,7 @@ from app.db.base import utc_now
 from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
 from app.responses import repository
+from app.usage import repository as usage
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class RetentionReport:
     purged_responses: int
     #: Finished responses whose stored stream events were dropped.
     pruned_event_streams: int
+    #: Usage rows (a tenant's day with a model) dropped.
+    pruned_usage_days: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -88,8 +92,22 @@ async def purge_expired_responses(database: Database, retention_days: float, *, 
     return total
 
 
+async def prune_usage(database: Database, retention_days: int, *, today: date | None = None) -> int:
+    """Delete the usage rows of days more than `retention_days` before `today` (UTC); how many. 0 keeps them all.
+    One statement: a day's rows are few (a tenant a model), and retention runs every few minutes."""
+    if retention_days <= 0:
+        return 0
+    before = (today or utc_now().date()) - timedelta(days=retention_days)
+    async with database.transaction() as session:
+        pruned = await usage.prune(session, before=before)
+    if pruned:
+        logger.info("pruned %d usage rows of days before %s", pruned, before.isoformat())
+    return pruned
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
-    """Both retention rules, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
+    """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
     pruned = await prune_finished_events(database, settings.events_retention_hours)
-    return RetentionReport(purged_responses=purged, pruned_event_streams=pruned)
+    usage_days = await prune_usage(database, settings.usage_retention_days)
+    return RetentionReport(purged_responses=purged, pruned_event_streams=pruned, pruned_usage_days=usage_days)

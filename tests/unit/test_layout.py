@@ -85,6 +85,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.observability",
         "app.schemas",
         "app.transport",
+        "app.usage",
         "app.webhooks",
     },
     "app.keys": {
@@ -142,7 +143,9 @@ ALLOWED: dict[str, set[str]] = {
         "app.schemas",
         "app.tenants",
         "app.transport",
+        "app.usage",
     },
+    "app.usage": {"app.api", "app.db", "app.errors", "app.keys", "app.tenants"},
     "app.console": set(),
     "worker": {
         "app.config",

@@ -430,6 +430,7 @@ async function render() {
     else if (parts.length === 3 && parts[0] === "responses" && parts[2] === "live") await livePage(parts[1]);
     else if (parts.length === 1 && parts[0] === "conversations") conversationsPage();
     else if (parts.length === 2 && parts[0] === "conversations") await conversationPage(parts[1], params);
+    else if (parts.length === 1 && parts[0] === "usage") await usagePage(params); // usage.js
     else notFoundPage(`The page ${path}`);
   } catch (error) {
     if (error instanceof URIError) notFoundPage(`The page ${path}`);

@@ -318,14 +318,14 @@ async def test_a_background_job_whose_final_write_meets_an_outage_is_taken_over_
     refused: list[str] = []
 
     async def database_away_at_the_end(
-        session: AsyncSession, response_id: str, *, holder: jobs.Holder, values: dict[str, Any]
+        session: AsyncSession, response_id: str, *, holder: jobs.Holder, values: dict[str, Any], **kwargs: Any
     ) -> bool:
         # The first run's final write meets the database away for its whole budget; the database is back for
         # whatever that run writes next (a failure, before this fix), and for the takeover's.
         if values["status"] == "completed" and "back" not in refused:
             refused.append(values["status"])
             raise OperationalError("UPDATE responses", {}, ConnectionRefusedError(111, "Connect call failed"))
-        return await finish_held(session, response_id, holder=holder, values=values)
+        return await finish_held(session, response_id, holder=holder, values=values, **kwargs)
 
     monkeypatch.setattr(jobs, "finish_held", database_away_at_the_end)
     live = asyncio.create_task(client.post("/v1/responses", json=STREAM))

@@ -171,7 +171,7 @@ async def test_a_foreground_stream_whose_final_write_lost_closes_its_items_befor
     error = {"code": "server_error", "message": "The server stopped before this response finished."}
 
     async def ended_meanwhile(
-        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]
+        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], **kwargs: Any
     ) -> bool:
         # As if a reconciler had failed the response while the run was finishing: the run's write loses.
         ended = {"status": "failed", "error": error, "lease_expires_at": None}
@@ -212,11 +212,11 @@ async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
     finish_held = jobs.finish_held
 
     async def refuse_completed(
-        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any]
+        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], **kwargs: Any
     ) -> bool:
         if values["status"] == "completed":  # not an outage: no retries, the response fails at once
             raise IntegrityError("UPDATE responses", {}, Exception("injected fault at the final commit"))
-        return await finish_held(session, response_id, holder=holder, values=values)
+        return await finish_held(session, response_id, holder=holder, values=values, **kwargs)
 
     monkeypatch.setattr(jobs, "finish_held", refuse_completed)
     events = parse_sse(

@@ -1,0 +1,1 @@
+"""Tables that count what tenants use (app/db/models/ holds its cap of modules: metering gets a folder)."""
