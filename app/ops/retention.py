@@ -1,5 +1,7 @@
 """Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
-background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass.
+background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
+deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS.
+This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -14,15 +16,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.batches import repository as batches
+from app.batches.finalizing import OUTPUT_PURPOSE
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
+from app.files import repository as files
 from app.responses import repository
+from app.webhooks import repository as webhooks
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +36,8 @@ logger = logging.getLogger(__name__)
 PRUNE_BATCH = 100
 #: Responses one purge transaction deletes, with their items and events.
 PURGE_BATCH = 200
+#: Batches, files or webhook deliveries one transaction deletes (a file with its chunks of up to 1 MiB each).
+ROWS_BATCH = 100
 #: How often the embedded server and the workers prune.
 PRUNE_INTERVAL_S = 600.0
 
@@ -40,6 +48,12 @@ class RetentionReport:
     purged_responses: int
     #: Finished responses whose stored stream events were dropped.
     pruned_event_streams: int
+    #: Ended batches deleted (with any lines left).
+    purged_batches: int = 0
+    #: Files written by batches (output and error files) deleted with their bytes.
+    purged_batch_files: int = 0
+    #: Delivered or given-up webhook deliveries deleted.
+    purged_webhook_deliveries: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -88,8 +102,61 @@ async def purge_expired_responses(database: Database, retention_days: float, *, 
     return total
 
 
+def _cutoff(days: float) -> datetime:
+    return utc_now() - timedelta(days=days)
+
+
+async def purge_ended_batches(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete batches that ended and were created more than `retention_days` ago, in batches; how many. Never one
+    still moving (validating, in_progress, finalizing, cancelling). 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database, lambda session: batches.purge_ended(session, created_before=created_before, limit=batch)
+    )
+    if total:
+        logger.info("purged %d ended batches past their retention", total)
+    return total
+
+
+async def purge_batch_files(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete the output and error files batches wrote more than `retention_days` ago, with their bytes, in
+    batches; how many. Uploaded files are kept until deleted. 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database,
+        lambda session: files.purge_files(session, purpose=OUTPUT_PURPOSE, created_before=created_before, limit=batch),
+    )
+    if total:
+        logger.info("purged %d batch output files past their retention", total)
+    return total
+
+
+async def purge_finished_deliveries(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete delivered and given-up webhook deliveries created more than `retention_days` ago, in batches; how
+    many. A pending one stays however old (its retry window gives it up first). 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database, lambda session: webhooks.delete_finished(session, created_before=created_before, limit=batch)
+    )
+    if total:
+        logger.info("purged %d finished webhook deliveries past their retention", total)
+    return total
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
-    """Both retention rules, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
+    """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
     pruned = await prune_finished_events(database, settings.events_retention_hours)
-    return RetentionReport(purged_responses=purged, pruned_event_streams=pruned)
+    return RetentionReport(
+        purged_responses=purged,
+        pruned_event_streams=pruned,
+        purged_batches=await purge_ended_batches(database, settings.retention_days),
+        purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
+        purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
+    )

@@ -130,10 +130,12 @@ ALLOWED: dict[str, set[str]] = {
     },
     "app.ops": {
         "app.api",
+        "app.batches",
         "app.config",
         "app.db",
         "app.errors",
         "app.events",
+        "app.files",
         "app.generation",
         "app.keys",
         "app.observability",
@@ -142,6 +144,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.schemas",
         "app.tenants",
         "app.transport",
+        "app.webhooks",
     },
     "app.console": set(),
     "worker": {
