@@ -21,12 +21,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.batches import repository as batches
-from app.batches.finalizing import OUTPUT_PURPOSE
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
 from app.files import repository as files
+from app.files.schemas import OUTPUT_PURPOSE
 from app.responses import repository
 from app.webhooks import repository as webhooks
 

@@ -127,6 +127,12 @@ async def test_apply_retention_runs_every_rule_with_its_own_setting(
     client: httpx.AsyncClient, app_runtime: Runtime
 ) -> None:
     batch = await _ended_batch(client, app_runtime)
+    # A written file says when it goes (as the hosted API's do); an uploaded one is kept until deleted.
+    written = (await client.get(f"/v1/files/{batch['output_file_id']}")).json()
+    assert written["expires_at"] == written["created_at"] + 60 * 86400
+    listed = (await client.get("/v1/files", params={"purpose": "batch_output"})).json()["data"]
+    assert {entry["expires_at"] - entry["created_at"] for entry in listed} == {60 * 86400}
+    assert (await client.get(f"/v1/files/{batch['input_file_id']}")).json()["expires_at"] is None
     await _age_batch(app_runtime, batch, files=False)
     forty_days_ago = utc_now() - timedelta(days=40)
     async with app_runtime.database.transaction() as session:
