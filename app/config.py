@@ -205,6 +205,14 @@ class Settings(BaseSettings):
         'the others are counted as tenant="other", so that the series stay bounded. Bootstrap keys\' tenants '
         'are labelled "bootstrap".',
     )
+    batch_output_retention_days: float = Field(
+        30.0,
+        ge=0,
+        le=36500,
+        description="How long the output and error files a batch writes are kept (from their creation, as the "
+        "hosted API keeps them 30 days); uploaded files stay until deleted. Ended batches themselves are kept "
+        "RESPONSES_RETENTION_DAYS. 0 keeps them forever; at most 36500 (100 years).",
+    )
     max_request_bytes: int = Field(
         2 * 1024 * 1024,
         ge=1024,

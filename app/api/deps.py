@@ -12,7 +12,7 @@ from app.config import Settings
 from app.items.includes import parse_includes
 from app.observability import logs
 from app.runtime import Runtime
-from app.tenants.identity import READ_METHODS, Identity
+from app.tenants.identity import PROJECT_HEADER, READ_METHODS, Identity
 
 
 # NOTE: async, though they wait on nothing: FastAPI runs plain `def` dependencies on a thread pool, three
@@ -35,8 +35,10 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 async def get_identity(request: Request, runtime: RuntimeDep) -> AsyncIterator[Identity]:
     """The caller, holding one of its tenant's in-flight slots until the response is sent in full (a stream's
     last event included): a 401 without a valid key, a 403 for a `read` key's write, a 429 when its tenant has no
-    slot left."""
-    identity = await runtime.authenticator.identify(request.headers.get("authorization", ""))
+    slot left. An admin's OpenAI-Project header makes it act on that project (app/tenants/identity.py)."""
+    identity = await runtime.authenticator.identify(
+        request.headers.get("authorization", ""), request.headers.get(PROJECT_HEADER)
+    )
     if request.method not in READ_METHODS:
         identity.require_write()
     logs.bind(tenant=identity.tenant)

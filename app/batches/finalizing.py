@@ -9,11 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.batches import repository
 from app.batches.schemas import LineError, LineResponse, OutputLine
 from app.db.models import BatchLineRow, BatchRow
+from app.files.schemas import OUTPUT_PURPOSE
 from app.files.storage import FileWriter
 
 #: Lines read at once while the files are written.
 LINES_PER_PAGE = 200
-OUTPUT_PURPOSE = "batch_output"
 
 
 def output_line(line: BatchLineRow) -> OutputLine:

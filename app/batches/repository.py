@@ -15,6 +15,8 @@ from app.events.terminal import TERMINAL_STATUSES
 
 #: The statuses of a batch that the periodic advance still moves.
 MOVING_BATCH_STATUSES = ("validating", "in_progress", "finalizing", "cancelling")
+#: The statuses a batch ends in: it never changes again.
+ENDED_BATCH_STATUSES = ("completed", "failed", "expired", "cancelled")
 #: The states of a line submitted and not yet collected.
 ACTIVE_LINE_STATES = ("submitting", "running", "stopping")
 #: The states of a line not yet written as an output line.
@@ -240,3 +242,19 @@ async def any_moving_batch(session: AsyncSession) -> bool:
     """Whether any batch is still to be advanced (an idle round stops at this one query)."""
     query = select(BatchRow.id).where(BatchRow.status.in_(MOVING_BATCH_STATUSES)).limit(1)
     return (await session.execute(query)).first() is not None
+
+
+async def purge_ended(session: AsyncSession, *, created_before: datetime, limit: int) -> int:
+    """Delete up to `limit` ended batches created before `created_before`, with any lines left; how many. Their
+    files are the Files API's (kept by their own rule), their lines' responses the responses' (ditto)."""
+    old = (
+        select(BatchRow.id)
+        .where(BatchRow.status.in_(ENDED_BATCH_STATUSES), BatchRow.created_at < created_before)
+        .order_by(BatchRow.created_at)
+        .limit(limit)
+    )
+    ids = list((await session.execute(old)).scalars())
+    if ids:
+        await session.execute(delete(BatchLineRow).where(BatchLineRow.batch_id.in_(ids)))
+        await session.execute(delete(BatchRow).where(BatchRow.id.in_(ids)))
+    return len(ids)

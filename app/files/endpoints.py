@@ -65,12 +65,12 @@ async def create_file(request: Request, runtime: RuntimeDep, tenant: TenantDep) 
 
 @router.get("/files", responses=errors(400))
 async def list_files(runtime: RuntimeDep, tenant: TenantDep, page: PageDep, purpose: str | None = None) -> FileList:
-    return await service.list_files(runtime.database, tenant, purpose, page)
+    return await service.list_files(runtime, tenant, purpose, page)
 
 
 @router.get("/files/{file_id}", responses=errors(404))
 async def get_file(file_id: str, runtime: RuntimeDep, tenant: TenantDep) -> FileObject:
-    return await service.get_file(runtime.database, file_id, tenant)
+    return await service.get_file(runtime, file_id, tenant)
 
 
 @router.delete("/files/{file_id}", responses=errors(404))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import and_, delete, or_, select
@@ -73,3 +74,19 @@ async def page_files(
         query = query.order_by(FileRow.created_at.asc(), FileRow.id.asc())
     rows = list((await session.execute(query.limit(limit + 1))).scalars())
     return rows[:limit], len(rows) > limit
+
+
+async def purge_files(session: AsyncSession, *, purpose: str, created_before: datetime, limit: int) -> int:
+    """Delete up to `limit` files of `purpose` created before `created_before`, with their chunks; how many."""
+    old = (
+        select(FileRow.id)
+        .where(FileRow.purpose == purpose, FileRow.created_at < created_before)
+        .order_by(FileRow.created_at)
+        .limit(limit)
+    )
+    ids = list((await session.execute(old)).scalars())
+    if ids:
+        # Chunks explicitly, as delete_file does: no orphan chunks without enforced foreign keys.
+        await session.execute(delete(FileChunkRow).where(FileChunkRow.file_id.in_(ids)))
+        await session.execute(delete(FileRow).where(FileRow.id.in_(ids)))
+    return len(ids)

@@ -8,6 +8,8 @@ from pydantic import BaseModel
 
 #: What a file is for: uploaded for a batch, or written by one (its output and error files).
 FilePurpose = Literal["batch", "batch_output"]
+#: The purpose of the files a batch writes.
+OUTPUT_PURPOSE = "batch_output"
 #: The purposes an upload may name today.
 UPLOAD_PURPOSES = ("batch",)
 

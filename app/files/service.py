@@ -9,7 +9,7 @@ from app.db.models import FileRow
 from app.db.session import Database
 from app.errors import InvalidRequest, NotFound
 from app.files import repository
-from app.files.schemas import UPLOAD_PURPOSES, FileDeleted, FileList, FileObject
+from app.files.schemas import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileDeleted, FileList, FileObject
 from app.files.storage import FileWriter, read_chunks
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
@@ -23,13 +23,20 @@ def file_not_found(file_id: str) -> NotFound:
     return NotFound(f"No such File object: {file_id}", param="file_id")
 
 
-def file_object(row: FileRow) -> FileObject:
+def file_object(row: FileRow, output_retention_days: float = 0.0) -> FileObject:
+    """The file on the wire; a batch's output or error file says when retention deletes it (`expires_at`, as the
+    hosted API's do), an uploaded one is kept until deleted."""
+    created_at = int(row.created_at.timestamp())
+    expires_at = None
+    if row.purpose == OUTPUT_PURPOSE and output_retention_days > 0:
+        expires_at = created_at + int(output_retention_days * 86400)
     return FileObject(
         id=row.id,
         bytes=row.bytes,
-        created_at=int(row.created_at.timestamp()),
+        created_at=created_at,
         filename=row.filename,
         purpose=row.purpose,
+        expires_at=expires_at,
     )
 
 
@@ -64,16 +71,16 @@ async def upload_file(
     return file_object(row)
 
 
-async def get_file(database: Database, file_id: str, tenant: str) -> FileObject:
-    async with database.read() as session:
+async def get_file(runtime: Runtime, file_id: str, tenant: str) -> FileObject:
+    async with runtime.database.read() as session:
         row = await repository.get_file(session, file_id, tenant)
     if row is None:
         raise file_not_found(file_id)
-    return file_object(row)
+    return file_object(row, runtime.settings.batch_output_retention_days)
 
 
-async def list_files(database: Database, tenant: str, purpose: str | None, page: PageRequest) -> FileList:
-    async with database.read() as session:
+async def list_files(runtime: Runtime, tenant: str, purpose: str | None, page: PageRequest) -> FileList:
+    async with runtime.database.read() as session:
         rows, has_more = await page_after(
             page,
             partial(repository.get_file, session, tenant=tenant),
@@ -82,7 +89,8 @@ async def list_files(database: Database, tenant: str, purpose: str | None, page:
             ),
             unknown_after=lambda after: f"Invalid 'after': no file '{after}'.",
         )
-    return cursor_page(FileList, [file_object(row) for row in rows], has_more)
+    kept_days = runtime.settings.batch_output_retention_days
+    return cursor_page(FileList, [file_object(row, kept_days) for row in rows], has_more)
 
 
 async def delete_file(database: Database, file_id: str, tenant: str) -> FileDeleted:
@@ -94,5 +102,7 @@ async def delete_file(database: Database, file_id: str, tenant: str) -> FileDele
 
 async def file_content(database: Database, file_id: str, tenant: str) -> AsyncIterator[bytes]:
     """The file's bytes, a chunk at a time; a 404 (before the first byte) when the tenant has no such file."""
-    await get_file(database, file_id, tenant)
+    async with database.read() as session:
+        if await repository.get_file(session, file_id, tenant) is None:
+            raise file_not_found(file_id)
     return read_chunks(database, file_id)

@@ -52,6 +52,8 @@ class KeyCache:
         self._clock = clock
         self._max_entries = max_entries
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        #: Whether a project id exists, as read at the time (bounded like the keys).
+        self._projects: OrderedDict[str, tuple[bool, float]] = OrderedDict()
         #: Once a key exists the server is keyed for good: keys are revoked, never deleted, so this never
         #: goes back to False (revoking the last key does not open the server).
         self._keyed = False
@@ -68,6 +70,18 @@ class KeyCache:
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
         return identity
+
+    async def project_exists(self, project_id: str) -> bool:
+        now_s = self._clock()
+        known = self._projects.get(project_id)
+        if known is not None and now_s - known[1] < self._ttl_s:
+            return known[0]
+        exists = await _answering_outages(lambda: self._read_project(project_id))
+        self._projects[project_id] = (exists, now_s)
+        self._projects.move_to_end(project_id)
+        while len(self._projects) > self._max_entries:
+            self._projects.popitem(last=False)
+        return exists
 
     async def any_keys(self) -> bool:
         if self._keyed:
@@ -93,6 +107,10 @@ class KeyCache:
             async with self._database.transaction() as session:
                 await repository.note_use(session, row.id, now)
         return Identity(tenant=tenant_of_project(row.project_id), role=role, key_id=row.id)
+
+    async def _read_project(self, project_id: str) -> bool:
+        async with self._database.read() as session:
+            return await repository.project_exists(session, project_id)
 
     async def _read_any(self) -> bool:
         async with self._database.read() as session:

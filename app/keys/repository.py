@@ -16,6 +16,11 @@ async def project_by_name(session: AsyncSession, name: str) -> ProjectRow | None
     return (await session.execute(query)).scalar_one_or_none()
 
 
+async def project_exists(session: AsyncSession, project_id: str) -> bool:
+    query = select(exists().where(ProjectRow.id == project_id))
+    return bool((await session.execute(query)).scalar())
+
+
 async def insert_project(session: AsyncSession, row: ProjectRow) -> None:
     session.add(row)
     await session.flush()

@@ -46,7 +46,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         owner.add_argument("--project", help="whose responses: this project's (every key of it shares them)")
     responses.set_defaults(run=_responses)
     prune = commands.add_parser(
-        "prune", help="purge expired responses and old stream events now (RESPONSES_RETENTION_DAYS, ...)"
+        "prune", help="apply every retention rule now (responses, events, batches, batch files, webhook deliveries)"
     )
     prune.set_defaults(run=_prune)
 
@@ -124,7 +124,10 @@ def _prune(_: argparse.Namespace) -> int:
     print(
         f"purged {report.purged_responses} responses older than {settings.retention_days:g} days; "
         f"dropped the stream events of {report.pruned_event_streams} responses finished over "
-        f"{settings.events_retention_hours:g} hours ago; dropped {report.pruned_usage_days} usage rows older than "
+        f"{settings.events_retention_hours:g} hours ago; purged {report.purged_batches} ended batches and "
+        f"{report.purged_webhook_deliveries} finished webhook deliveries older than {settings.retention_days:g} "
+        f"days, and {report.purged_batch_files} batch output files older than "
+        f"{settings.batch_output_retention_days:g} days; dropped {report.pruned_usage_days} usage rows older than "
         f"{settings.usage_retention_days} days"
     )
     return 0

@@ -1,6 +1,7 @@
-"""Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, the events of finished
-background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass, and a day's usage counters once
-RESPONSES_USAGE_RETENTION_DAYS pass.
+"""Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
+background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
+deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS,
+and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS. This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -15,16 +16,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.batches import repository as batches
 from app.config import Settings
 from app.db.base import utc_now
 from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
+from app.files import repository as files
+from app.files.schemas import OUTPUT_PURPOSE
 from app.responses import repository
 from app.usage import repository as usage
+from app.webhooks import repository as webhooks
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +37,8 @@ logger = logging.getLogger(__name__)
 PRUNE_BATCH = 100
 #: Responses one purge transaction deletes, with their items and events.
 PURGE_BATCH = 200
+#: Batches, files or webhook deliveries one transaction deletes (a file with its chunks of up to 1 MiB each).
+ROWS_BATCH = 100
 #: How often the embedded server and the workers prune.
 PRUNE_INTERVAL_S = 600.0
 
@@ -44,6 +51,12 @@ class RetentionReport:
     pruned_event_streams: int
     #: Usage rows (a tenant's day with a model) dropped.
     pruned_usage_days: int = 0
+    #: Ended batches deleted (with any lines left).
+    purged_batches: int = 0
+    #: Files written by batches (output and error files) deleted with their bytes.
+    purged_batch_files: int = 0
+    #: Delivered or given-up webhook deliveries deleted.
+    purged_webhook_deliveries: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -105,9 +118,62 @@ async def prune_usage(database: Database, retention_days: int, *, today: date | 
     return pruned
 
 
+def _cutoff(days: float) -> datetime:
+    return utc_now() - timedelta(days=days)
+
+
+async def purge_ended_batches(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete batches that ended and were created more than `retention_days` ago, in batches; how many. Never one
+    still moving (validating, in_progress, finalizing, cancelling). 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database, lambda session: batches.purge_ended(session, created_before=created_before, limit=batch)
+    )
+    if total:
+        logger.info("purged %d ended batches past their retention", total)
+    return total
+
+
+async def purge_batch_files(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete the output and error files batches wrote more than `retention_days` ago, with their bytes, in
+    batches; how many. Uploaded files are kept until deleted. 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database,
+        lambda session: files.purge_files(session, purpose=OUTPUT_PURPOSE, created_before=created_before, limit=batch),
+    )
+    if total:
+        logger.info("purged %d batch output files past their retention", total)
+    return total
+
+
+async def purge_finished_deliveries(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete delivered and given-up webhook deliveries created more than `retention_days` ago, in batches; how
+    many. A pending one stays however old (its retry window gives it up first). 0 days keeps everything."""
+    if retention_days <= 0:
+        return 0
+    created_before = _cutoff(retention_days)
+    total = await _in_batches(
+        database, lambda session: webhooks.delete_finished(session, created_before=created_before, limit=batch)
+    )
+    if total:
+        logger.info("purged %d finished webhook deliveries past their retention", total)
+    return total
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
     """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
     pruned = await prune_finished_events(database, settings.events_retention_hours)
-    usage_days = await prune_usage(database, settings.usage_retention_days)
-    return RetentionReport(purged_responses=purged, pruned_event_streams=pruned, pruned_usage_days=usage_days)
+    return RetentionReport(
+        purged_responses=purged,
+        pruned_event_streams=pruned,
+        pruned_usage_days=await prune_usage(database, settings.usage_retention_days),
+        purged_batches=await purge_ended_batches(database, settings.retention_days),
+        purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
+        purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
+    )

@@ -39,6 +39,7 @@ from app.responses.socket_session import EventRefused, IdleClock, ResponsesSocke
 from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
+from app.tenants.identity import PROJECT_HEADER
 
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
@@ -202,7 +203,9 @@ async def _refuse(websocket: WebSocket, error: ApiError) -> None:
 async def responses_socket(websocket: WebSocket) -> None:
     runtime: Runtime = websocket.app.state.runtime
     try:
-        identity = await runtime.authenticator.identify(websocket.headers.get("authorization", ""))
+        identity = await runtime.authenticator.identify(
+            websocket.headers.get("authorization", ""), websocket.headers.get(PROJECT_HEADER)
+        )
         identity.require_write()  # every message on the socket is a create
         tenant = identity.tenant
         # A connection holds one of its tenant's in-flight slots for as long as it is open.

@@ -1,7 +1,10 @@
 """Who a caller is: the tenant and role its API key stands for (HTTP and WebSocket alike, and the operator CLI's
 `--api-key`), checked in constant time. Bootstrap keys (RESPONSES_API_KEYS) are known here; the keys kept in the
 database are looked up through a `KeyLookup` (app/keys/cache.py: the repository behind a short per-node cache).
-One tenant on an open server (no bootstrap key and no key in the database)."""
+One tenant on an open server (no bootstrap key and no key in the database).
+
+The `OpenAI-Project` header (what the SDK's `project=` sends) chooses the project a request acts on: an admin key may
+name any project (the console across projects), any other key only its own (else a 403)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,14 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
 from app.config import Settings
-from app.errors import PermissionDenied, Unauthorized
+from app.errors import NotFound, PermissionDenied, Unauthorized
 
 OPEN_TENANT = "public"
+#: The header naming the project a request acts on (by id), as the openai SDK's `project=` sends it.
+PROJECT_HEADER = "openai-project"
+#: The longest project id looked up (ids are shorter: a longer one is unknown without a query).
+MAX_PROJECT_ID_CHARS = 64
+TENANT_PROJECT_PREFIX = "project:"
 
 #: admin: everything, /metrics and the key API included; member: read and write its project's data;
 #: read: GET only.
@@ -70,6 +78,10 @@ class KeyLookup(Protocol):
         """Whether the database holds any key (a revoked one included)."""
         ...
 
+    async def project_exists(self, project_id: str) -> bool:
+        """Whether a project with this id exists."""
+        ...
+
 
 class Authenticator:
     """Turns an Authorization header into an Identity, or a 401."""
@@ -78,9 +90,40 @@ class Authenticator:
         self._bootstrap = [key.encode() for key in settings.api_keys]
         self._lookup = lookup
 
-    async def identify(self, authorization: str) -> Identity:
-        """The caller of a request with this Authorization header: a bootstrap key is an admin of its own tenant
-        ("key:" + hash, as before projects existed); a database key is its project's, with its role."""
+    async def identify(self, authorization: str, project: str | None = None) -> Identity:
+        """The caller of a request with this Authorization header (and OpenAI-Project header, `project`): a
+        bootstrap key is an admin of its own tenant ("key:" + hash, as before projects existed); a database key is
+        its project's, with its role; an admin naming a project acts on that project's data."""
+        identity = await self._identify_key(authorization)
+        if project is None or not project.strip():
+            return identity
+        return await self._for_project(identity, project.strip())
+
+    async def _for_project(self, identity: Identity, project_id: str) -> Identity:
+        """The identity acting on `project_id`: the same for the key's own project, that project's tenant (with the
+        same role and key) for an admin, a 403 for anyone else, a 404 for a project that does not exist."""
+        # NOTE: an open server has no projects (a project comes with its first key, which keys the server): the
+        # header is ignored there, so a client with OPENAI_PROJECT_ID set in its environment still works.
+        if not identity.authenticated or identity.tenant == tenant_of_project(project_id):
+            return identity
+        if identity.role != "admin":
+            raise PermissionDenied(
+                "The OpenAI-Project header names a project this API key does not belong to; only an 'admin' key "
+                "may act on another project.",
+                code="mismatched_project",
+            )
+        if (
+            len(project_id) > MAX_PROJECT_ID_CHARS
+            or self._lookup is None
+            or not await self._lookup.project_exists(project_id)
+        ):
+            raise NotFound(
+                f"Project '{project_id[:MAX_PROJECT_ID_CHARS]}' (OpenAI-Project header) not found.",
+                code="project_not_found",
+            )
+        return Identity(tenant=tenant_of_project(project_id), role=identity.role, key_id=identity.key_id)
+
+    async def _identify_key(self, authorization: str) -> Identity:
         if not self._bootstrap and (self._lookup is None or not await self._lookup.any_keys()):
             return OPEN_IDENTITY
         scheme, _, key = authorization.partition(" ")
@@ -108,7 +151,7 @@ def tenant_of_key(key: bytes) -> str:
 
 def tenant_of_project(project_id: str) -> str:
     """The tenant every key of a project shares."""
-    return "project:" + project_id
+    return TENANT_PROJECT_PREFIX + project_id
 
 
 def hash_key(key: bytes) -> str:

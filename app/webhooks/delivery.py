@@ -2,7 +2,7 @@
 deliveries (one process an attempt: app/webhooks/repository.claim_due), POST each signed, through app/outbound, and
 store the outcome: a 2xx is delivered; anything else is retried with exponential backoff and jitter, under the
 same webhook-id, until the retry window has passed since the event; an endpoint that has failed without a success
-for that whole window is disabled."""
+for that whole window is disabled. Finished deliveries are dropped by retention (app/ops/retention.py)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,6 @@ logger = logging.getLogger(__name__)
 SECRET_PURPOSE = "webhook_secret"
 #: Deliveries one round claims (sent at once).
 ROUND_SIZE = 16
-#: How often a process drops finished deliveries older than the retention (RESPONSES_RETENTION_DAYS), and how many
-#: at most each time.
-PRUNE_INTERVAL_S = 600.0
-PRUNE_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +91,6 @@ class WebhookDeliverer:
         self.sealer = sealer
         self.allowed = AllowedHosts.parse(settings.outbound_allowed_hosts)
         self.policy = policy or DeliveryPolicy.from_settings(settings)
-        #: Finished deliveries are kept as long as responses are (0: forever).
-        self.retention_s = settings.retention_days * 86400
-        self._next_prune = 0.0
 
     async def run_round(self) -> int:
         """Claim the due deliveries (ROUND_SIZE at most) and attempt each; how many were attempted."""
@@ -113,17 +106,7 @@ class WebhookDeliverer:
             )
             endpoints = await repository.endpoints_by_id(session, list({row.endpoint_id for row in claimed}))
         await asyncio.gather(*(self._attempt(row, endpoints.get(row.endpoint_id), token) for row in claimed))
-        if self.retention_s and time.monotonic() >= self._next_prune:
-            self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
-            await self.prune()
         return len(claimed)
-
-    async def prune(self) -> int:
-        """Drop delivered and failed deliveries older than the retention (a batch of them); how many."""
-        async with self.database.transaction() as session:
-            return await repository.delete_finished(
-                session, created_before=utc_now() - timedelta(seconds=self.retention_s), limit=PRUNE_BATCH
-            )
 
     async def _attempt(self, row: WebhookDeliveryRow, endpoint: WebhookEndpointRow | None, token: str) -> None:
         answer: OutboundAnswer | None = None

@@ -31,7 +31,12 @@ def chromium_path() -> str:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """Stopped with the module: the rest of the suite does not share a model-holding process with it."""
     directory = tmp_path_factory.mktemp("console")
-    env = {"RESPONSES_DATABASE_URL": sqlite_url(directory), "RESPONSES_API_KEYS": f"{KEY},{OTHER_KEY}"}
+    env = {
+        "RESPONSES_DATABASE_URL": sqlite_url(directory),
+        "RESPONSES_API_KEYS": f"{KEY},{OTHER_KEY}",
+        # The webhook pages' tests deliver to a receiver on loopback.
+        "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+    }
     process = ServerProcess(env, directory / "server.log").start()
     yield process
     process.stop()

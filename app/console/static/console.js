@@ -18,7 +18,10 @@ class ApiError extends Error {
 
 function authHeaders() {
   const key = sessionStorage.getItem(KEY_STORAGE);
-  return key ? { Authorization: `Bearer ${key}` } : {};
+  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  // An admin's chosen project (projects.js): the API then answers with that project's data.
+  if (key && chosenProject()) headers["OpenAI-Project"] = chosenProject();
+  return headers;
 }
 
 async function api(method, path, query) {
@@ -109,7 +112,9 @@ function keyPage(message) {
     { class: "card", onsubmit: (event) => {
       event.preventDefault();
       sessionStorage.setItem(KEY_STORAGE, input.value.trim());
+      forgetProject();
       render();
+      loadProjects();
     } },
     el("p", {}, "This server needs an API key. It is kept in this browser tab only (sessionStorage)."),
     message ? el("p", { class: "notice error" }, message) : null,
@@ -417,6 +422,9 @@ async function conversationPage(id, params) {
 
 // ---- routing -----------------------------------------------------------------------------------------------
 
+// What a 404 on each kind of page names.
+const NOUNS = { conversations: "Conversation", webhooks: "Webhook endpoint", batches: "Batch", files: "File" };
+
 async function render() {
   forgetKey.hidden = !sessionStorage.getItem(KEY_STORAGE);
   const [path, queryString] = (location.hash.slice(1) || "/responses").split("?");
@@ -431,18 +439,26 @@ async function render() {
     else if (parts.length === 1 && parts[0] === "conversations") conversationsPage();
     else if (parts.length === 2 && parts[0] === "conversations") await conversationPage(parts[1], params);
     else if (parts.length === 1 && parts[0] === "usage") await usagePage(params); // usage.js
+    else if (parts.length === 1 && parts[0] === "webhooks") await webhooksPage(params);
+    else if (parts.length === 2 && parts[0] === "webhooks") await webhookPage(parts[1], params);
+    else if (parts.length === 1 && parts[0] === "batches") await batchesPage(params);
+    else if (parts.length === 2 && parts[0] === "batches") await batchPage(parts[1]);
+    else if (parts.length === 2 && parts[0] === "files") await filePage(parts[1]);
     else notFoundPage(`The page ${path}`);
   } catch (error) {
     if (error instanceof URIError) notFoundPage(`The page ${path}`);
     else if (error.status === 401) keyPage(sessionStorage.getItem(KEY_STORAGE) ? error.message : null);
-    else if (error.status === 404) notFoundPage(`${parts[0] === "conversations" ? "Conversation" : "Response"} ${parts[1]}`);
+    else if (error.status === 404) notFoundPage(`${NOUNS[parts[0]] || "Response"} ${parts[1]}`);
     else show(el("h1", {}, "Error"), el("p", { class: "notice error", "data-testid": "error" }, error.message));
   }
 }
 
 forgetKey.addEventListener("click", () => {
   sessionStorage.removeItem(KEY_STORAGE);
+  forgetProject();
   render();
+  loadProjects();
 });
 window.addEventListener("hashchange", render);
 render();
+loadProjects();

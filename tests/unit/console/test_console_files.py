@@ -62,3 +62,14 @@ def test_the_pages_need_nothing_the_policy_refuses() -> None:
     assert not re.search(r"<style|\sstyle=|\son[a-z]+=", page), "inline style or handler"
     script = (CONSOLE_DIR / "console.js").read_text()
     assert not re.search(r"\beval\(|new Function\(|setTimeout\(\s*[\"'`]|\.style\b|\"style\"", script)
+
+
+async def test_the_page_scripts_are_served_and_load_before_the_router(client: httpx.AsyncClient) -> None:
+    index = (await client.get("/console/")).text
+    scripts = re.findall(r'<script src="([^"]+)"></script>', index)
+    # console.js renders as it loads: the pages it routes to must be defined by then.
+    assert scripts[-1] == "console.js" and {"projects.js", "webhooks.js", "batches.js"} <= set(scripts[:-1])
+    for name in scripts:
+        reply = await client.get(f"/console/{name}")
+        assert reply.status_code == 200 and "javascript" in reply.headers["content-type"], name
+        assert reply.headers["content-security-policy"].startswith("default-src 'self'"), name

@@ -114,3 +114,26 @@ async def test_bootstrap_keys_are_admins_of_their_own_tenant(database: Database)
     for header in ("", "Basic beta", "Bearer ", "Bearer gamma"):
         with pytest.raises(Unauthorized):
             await authenticator.identify(header)
+
+
+async def test_a_project_is_known_by_id_and_an_unknown_one_is_remembered_for_the_ttl(database: Database) -> None:
+    clock = Clock()
+    cache = KeyCache(database, 5.0, clock=clock)
+    assert await cache.project_exists("proj_later") is False
+    created = await create_key(database, ApiKeyCreateRequest(project="p", name="n", role="member"))
+    assert await cache.project_exists(created.project_id) is True
+    reads = 0
+    original = cache._read_project
+
+    async def counting(project_id: str) -> bool:
+        nonlocal reads
+        reads += 1
+        return await original(project_id)
+
+    cache._read_project = counting  # type: ignore[method-assign]
+    assert await cache.project_exists("proj_later") is False  # remembered: no query
+    assert await cache.project_exists(created.project_id) is True
+    assert reads == 0
+    clock.now_s += 5.0
+    assert await cache.project_exists(created.project_id) is True
+    assert reads == 1

@@ -106,7 +106,9 @@ def test_prune_purges_what_retention_says(
 ) -> None:
     made = _seed(database_url, aged=2)
     assert main(["prune"]) == 0
-    assert capsys.readouterr().out.startswith("purged 2 responses older than 30 days")
+    said = capsys.readouterr().out
+    assert said.startswith("purged 2 responses older than 30 days")
+    assert "purged 0 ended batches and 0 finished webhook deliveries" in said
     assert main(["responses", "list", "--api-key", "alpha"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == [made["alpha"][2]]
     monkeypatch.setenv("RESPONSES_RETENTION_DAYS", "0")
@@ -115,7 +117,12 @@ def test_prune_purges_what_retention_says(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value"), [("RESPONSES_RETENTION_DAYS", "1000000"), ("RESPONSES_EVENTS_RETENTION_HOURS", "1e9")]
+    ("variable", "value"),
+    [
+        ("RESPONSES_RETENTION_DAYS", "1000000"),
+        ("RESPONSES_EVENTS_RETENTION_HOURS", "1e9"),
+        ("RESPONSES_BATCH_OUTPUT_RETENTION_DAYS", "1000000"),
+    ],
 )
 def test_a_retention_past_a_datetimes_range_is_refused_with_its_name(
     database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str, value: str

@@ -362,26 +362,6 @@ async def test_deliveries_page_and_belong_to_their_endpoint(
     assert (await beta.get(path)).status_code == 404
 
 
-async def test_finished_deliveries_older_than_the_retention_are_dropped(
-    client: httpx.AsyncClient, app_runtime: Runtime
-) -> None:
-    await endpoint(client, "https://example.com/hook", "batch.completed")
-    async with app_runtime.database.transaction() as session:
-        for index in range(4):
-            await record_event(session, tenant=OPEN_TENANT, event_type="batch.completed", object_id=f"batch_{index}")
-    rows = await stored(app_runtime)
-    old = utc_now() - timedelta(days=app_runtime.settings.retention_days + 1)
-    statuses = {rows[0].id: "delivered", rows[1].id: "failed", rows[2].id: "pending"}
-    async with app_runtime.database.transaction() as session:
-        for row_id, status in statuses.items():
-            row = await session.get(WebhookDeliveryRow, row_id)
-            assert row is not None
-            row.status, row.created_at, row.next_attempt_at = status, old, utc_now() + timedelta(hours=1)
-    assert await deliverer(app_runtime).prune() == 2
-    # A pending one is kept however old (the retry window gives it up); a recent finished one too.
-    assert {row.id for row in await stored(app_runtime)} == {rows[2].id, rows[3].id}
-
-
 async def test_an_attempt_whose_process_died_is_made_again_and_the_late_writer_is_fenced(
     client: httpx.AsyncClient, app_runtime: Runtime
 ) -> None:
