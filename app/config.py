@@ -326,6 +326,13 @@ class Settings(BaseSettings):
         gt=0,
         description="How often each API node and worker looks for webhook deliveries that are due.",
     )
+    webhook_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=60,
+        description="How long a webhook delivery attempt waits for the receiver's answer (10 s, as hosted) before it "
+        "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

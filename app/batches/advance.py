@@ -15,8 +15,10 @@ from app.batches.lines import collect_ended_lines, line_error, submit_line
 from app.batches.validation import check_file, line_requests
 from app.db.base import utc_now
 from app.db.models import BatchLineRow, BatchRow
+from app.errors import InvalidRequest
 from app.ids import new_id
 from app.responses.cancellation import request_cancellation
+from app.responses.context import resolve_model
 from app.runtime import Runtime
 from app.webhooks.outbox import record_event
 
@@ -83,10 +85,13 @@ async def _validate(runtime: Runtime, batch: BatchRow, now: datetime) -> None:
             if failed:  # the webhook event commits with the end it announces, or not at all
                 await record_event(session, tenant=batch.tenant, event_type="batch.failed", object_id=batch.id)
         return
+    model: str | None = None
     try:
         async with database.transaction() as session:
             rows: list[BatchLineRow] = []
             async for request in line_requests(database, batch.input_file_id, batch.endpoint, settings):
+                if model is None:
+                    model = batch_model(runtime, request.body.get("model"))
                 # The response id is fixed here, once: whoever submits the line stores its response under it.
                 rows.append(
                     BatchLineRow(
@@ -111,12 +116,23 @@ async def _validate(runtime: Runtime, batch: BatchRow, now: datetime) -> None:
                 status="in_progress",
                 in_progress_at=now,
                 total=count,
+                model=model,
                 claimed_until=None,
             )
             if not started:
                 raise _Superseded
     except _Superseded:
         logger.info("batch %s was cancelled while it was validated", batch.id)
+
+
+def batch_model(runtime: Runtime, requested: object) -> str:
+    """The model a batch reports: the served model its first line names, resolved as that line's create resolves
+    it (an alias, or none named: the default model); a name the server does not serve, as the line gave it (the
+    line itself then ends with the create's 400)."""
+    try:
+        return resolve_model(requested if isinstance(requested, str) else None, runtime.models, runtime.settings).id
+    except InvalidRequest:
+        return str(requested)[:256]
 
 
 async def _stop_lines(runtime: Runtime, now: datetime) -> None:

@@ -85,6 +85,7 @@ class BatchObject(BaseModel):
     error_file_id: str | None = None
     errors: BatchErrors | None = None
     metadata: dict[str, str] | None = None
+    model: str | None = None
     request_counts: BatchRequestCounts
     usage: BatchUsage
 

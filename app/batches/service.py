@@ -60,6 +60,7 @@ def batch_object(row: BatchRow) -> BatchObject:
         error_file_id=row.error_file_id,
         errors=BatchErrors.model_validate(row.errors) if row.errors is not None else None,
         metadata=row.metadata_,
+        model=row.model,
         request_counts=BatchRequestCounts(completed=row.completed, failed=row.failed, total=row.total),
         usage=BatchUsage(
             input_tokens=row.input_tokens,

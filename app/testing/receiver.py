@@ -27,6 +27,11 @@ class Receiver:
     status: int = 200
     body: bytes = b"ok"
     location: str | None = None
+    #: How many of the next requests are held open (recorded at once, answered only once `released` is set or
+    #: `hold_s` has passed): a receiver mid-answer while its sender is killed.
+    hold_next: int = 0
+    hold_s: float = 60.0
+    released: threading.Event = field(default_factory=threading.Event)
 
     @property
     def url(self) -> str:
@@ -40,12 +45,18 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length)
             headers = {name.lower(): value for name, value in self.headers.items()}
             receiver.requests.append(ReceivedRequest("POST", self.path, headers, body))
-            self.send_response(receiver.status)
-            if receiver.location:
-                self.send_header("location", receiver.location)
-            self.send_header("content-length", str(len(receiver.body)))
-            self.end_headers()
-            self.wfile.write(receiver.body)
+            if receiver.hold_next > 0:
+                receiver.hold_next -= 1
+                receiver.released.wait(receiver.hold_s)
+            try:
+                self.send_response(receiver.status)
+                if receiver.location:
+                    self.send_header("location", receiver.location)
+                self.send_header("content-length", str(len(receiver.body)))
+                self.end_headers()
+                self.wfile.write(receiver.body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the sender gave up (timed out, or was killed) while the answer was held
 
         do_GET = do_POST
 
@@ -68,6 +79,7 @@ def running_receiver(port: int = 0, receiver: Receiver | None = None) -> Iterato
     try:
         yield state
     finally:
+        state.released.set()  # no held request outlives the block
         server.shutdown()
         server.server_close()
         thread.join()

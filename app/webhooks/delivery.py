@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 SECRET_PURPOSE = "webhook_secret"
 #: Deliveries one round claims (sent at once).
 ROUND_SIZE = 16
+#: A claim lasts this many attempt timeouts (an attempt also resolves the name and connects first).
+CLAIM_TIMEOUTS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +44,15 @@ class DeliveryPolicy:
     max_retry_s: float = 3600.0
     #: How long a claim holds a delivery: longer than an attempt may take, so that only a claimer that died
     #: leaves it due again (it is then sent again: at least once).
-    claim_s: float = TIMEOUT_S * 6
+    claim_s: float = TIMEOUT_S * CLAIM_TIMEOUTS
     timeout_s: float = TIMEOUT_S
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DeliveryPolicy:
-        return cls(retry_window_s=settings.webhook_retry_window_s)
+        timeout_s = settings.webhook_timeout_s
+        return cls(
+            retry_window_s=settings.webhook_retry_window_s, timeout_s=timeout_s, claim_s=timeout_s * CLAIM_TIMEOUTS
+        )
 
     def retry_delay_s(self, attempts: int) -> float:
         """After `attempts` failed attempts: exponential, capped, with jitter (half to all of it) so that the

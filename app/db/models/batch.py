@@ -21,6 +21,9 @@ class BatchRow(Base):
     endpoint: Mapped[str] = mapped_column(String(64))
     completion_window: Mapped[str] = mapped_column(String(16))
     input_file_id: Mapped[str] = mapped_column(String(64))
+    #: The served model the lines name (the first line's, resolved as its create resolves it), set when the batch
+    #: starts; None until then, or when a batch fails validation.
+    model: Mapped[str | None] = mapped_column(String(256), default=None)
     output_file_id: Mapped[str | None] = mapped_column(String(64), default=None)
     error_file_id: Mapped[str | None] = mapped_column(String(64), default=None)
     metadata_: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON, default=None)

@@ -134,6 +134,29 @@ async def test_an_invalid_file_fails_the_batch_with_errors(
     assert first["message"]
     assert failed["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
     assert failed["output_file_id"] is None and failed["error_file_id"] is None
+    assert failed["model"] is None
+
+
+@pytest.mark.settings(model_aliases="gpt-4o=fake-model")
+@pytest.mark.parametrize(
+    ("first_body", "model"),
+    [
+        ({"input": "x"}, "fake-model"),  # none named: the default model, as the line's create resolves it
+        ({"input": "x", "model": "gpt-4o"}, "fake-model"),  # an alias: the served model it stands for
+        ({"input": "x", "model": "no-such-model"}, "no-such-model"),  # unknown: as named (the line fails alone)
+    ],
+    ids=["default", "alias", "unknown"],
+)
+async def test_the_batch_reports_the_model_its_lines_name(
+    client: httpx.AsyncClient, app_runtime: Runtime, first_body: dict[str, str], model: str
+) -> None:
+    batch = await create_batch(client, jsonl([request_line("a", first_body), request_line("b")]))
+    assert batch["model"] is None  # not known before the file is read
+    started = await advance_until(app_runtime, client, batch["id"], ("in_progress", "finalizing", "completed"))
+    assert started["model"] == model
+    done = await advance_until(app_runtime, client, batch["id"])
+    assert done["model"] == model
+    assert Batch.model_validate(done).model == model
 
 
 async def test_more_than_the_line_limit_fails_the_batch(client: httpx.AsyncClient, app_runtime: Runtime) -> None:

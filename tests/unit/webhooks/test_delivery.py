@@ -390,3 +390,26 @@ async def test_an_attempt_whose_process_died_is_made_again_and_the_late_writer_i
         assert not await repository.finish_attempt(session, delivery_id, token="dead", values=late)
     [row] = await stored(app_runtime)
     assert row.status == "delivered" and row.attempts == 2 and row.last_error is None
+
+
+@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", webhook_delivery_interval_s=3600, webhook_timeout_s=0.5)
+async def test_the_attempt_timeout_and_the_claim_follow_the_setting(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """RESPONSES_WEBHOOK_TIMEOUT_S: a receiver that holds the request open fails the attempt after it (not after
+    the default 10 s), and a claim lasts six of it."""
+    policy = DeliveryPolicy.from_settings(app_runtime.settings)
+    assert (policy.timeout_s, policy.claim_s) == (0.5, 3.0)
+    with running_receiver() as receiver:
+        receiver.hold_next = 1
+        await endpoint(client, receiver.url, "batch.completed")
+        async with app_runtime.database.transaction() as session:
+            await record_event(session, tenant=OPEN_TENANT, event_type="batch.completed", object_id="batch_1")
+        started = time.monotonic()
+        assert await deliverer(app_runtime, policy).run_round() == 1
+        took_s = time.monotonic() - started
+    assert 0.4 < took_s < 5, took_s
+    [row] = await stored(app_runtime)
+    assert row.status == "pending" and row.attempts == 1 and row.last_status_code is None
+    assert row.last_error == "No answer within 0.5 s.", row.last_error
+    assert row.next_attempt_at is not None
