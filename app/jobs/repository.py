@@ -153,12 +153,15 @@ async def _ended(session: AsyncSession, response_id: str, *, generation_s: float
         ResponseRow.tenant,
         ResponseRow.status,
         ResponseRow.background,
+        ResponseRow.job_class,
         ResponseRow.model,
         ResponseRow.usage,
         ResponseRow.created_at,
     ).where(ResponseRow.id == response_id)
-    tenant, status, background, model, used, created_at = (await session.execute(query)).one()
-    await record_response_end(session, tenant=tenant, response_id=response_id, status=status, background=background)
+    tenant, status, background, job_class, model, used, created_at = (await session.execute(query)).one()
+    # A batch line runs as a background response, but nobody asked for its events: its batch's end is announced.
+    announced = background and job_class != "batch"
+    await record_response_end(session, tenant=tenant, response_id=response_id, status=status, background=announced)
     entry = usage.entry_of(tenant=tenant, model=model, day=created_at.date(), usage=used, generation_s=generation_s)
     await usage.add(session, entry)
 

@@ -31,6 +31,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         status=response.status,
         model=response.model,
         background=response.background,
+        job_class=prepared.job.job_class,
         stream=prepared.stream,
         previous_response_id=response.previous_response_id,
         params=ResponseParams.model_validate(response.model_dump()).model_dump(mode="json"),

@@ -19,6 +19,8 @@ class ResponseRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     model: Mapped[str] = mapped_column(String(256))
     background: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Where its job waited (interactive, background or batch: a batch line's); None on rows stored before it was.
+    job_class: Mapped[str | None] = mapped_column(String(16), default=None)
     #: Created with stream=true: with background, its events are stored for replay.
     stream: Mapped[bool] = mapped_column(Boolean, default=False)
     previous_response_id: Mapped[str | None] = mapped_column(String(64), default=None)

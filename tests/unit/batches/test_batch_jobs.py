@@ -1,5 +1,6 @@
 """Where a batch meets the rest of the server: its lines wait in the `batch` class, behind a tenant's queued
-background jobs and outside their cap; its end sends its `batch.*` webhook event, signed as every event is."""
+background jobs and outside their cap; its end sends its `batch.*` webhook event, signed as every event is, and
+its lines' responses send none of their own (though they run as background responses)."""
 
 from __future__ import annotations
 
@@ -69,11 +70,12 @@ async def test_a_batch_that_ends_sends_its_event_signed(client: httpx.AsyncClien
         app_runtime.database, app_runtime.sealer, app_runtime.settings, DeliveryPolicy(retry_window_s=3600)
     )
     with running_receiver() as receiver:
-        body = {"name": "batches", "url": receiver.url, "event_types": ["batch.completed", "batch.failed"]}
+        types = ["batch.completed", "batch.failed", "response.completed"]
+        body = {"name": "batches", "url": receiver.url, "event_types": types}
         reply = await client.post("/v1/webhook_endpoints", json=body)
         assert reply.status_code == 200, reply.text
         made = reply.json()
-        completed = await create_batch(client, jsonl([request_line("only")]))
+        completed = await create_batch(client, jsonl([request_line("one"), request_line("two")]))
         assert (await advance_until(app_runtime, client, completed["id"]))["status"] == "completed"
         failed = await create_batch(client, b"{not json\n")
         assert (await advance_until(app_runtime, client, failed["id"]))["status"] == "failed"
