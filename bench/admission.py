@@ -168,13 +168,16 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout, measured first on its own server")
     args = parser.parse_args()
     results = []
+    long_one = f"A's {args.words}-word prompt"
+    if args.items:
+        long_one = f"A's turn on a {args.items}-item conversation (truncation auto)"
     for checkout in ([args.baseline.resolve()] if args.baseline else []) + [None]:
         with tempfile.TemporaryDirectory(prefix="bench-admission-") as directory:
             result = measure(checkout, args.words, args.rounds, args.delay, Path(directory), args.items)
         results.append(result)
         print(
-            f"{result['checkout']}: B's first token alone {result['b_first_token_alone_s']:.2f} s, beside A's "
-            f"{args.words}-word prompt {result['b_first_token_beside_s']:.2f} s (ratio {result['ratio']:.1f}); "
+            f"{result['checkout']}: B's first token alone {result['b_first_token_alone_s']:.2f} s, beside {long_one} "
+            f"{result['b_first_token_beside_s']:.2f} s (ratio {result['ratio']:.1f}); "
             f"A's first token {result['a_first_token_after_b_sent_s']:.2f} s after B's create was sent; "
             f"B first in {result['b_before_a_rounds']} of {args.rounds} rounds; slowest GET /health "
             f"{result['health_slowest_s']:.2f} s",
