@@ -1,7 +1,8 @@
 """The llama.cpp generation loop: one context decoding up to `slots` sequences together (continuous batching).
 
-Each step decodes one batch holding the next token of every generating sequence plus a chunk of any prompt
-still being read, then samples each sequence from its own row of logits. On a CPU one batched step over
+Each step decodes one batch holding the next token of every generating sequence plus a chunk of the prompts
+still being read (shared between them, the shortest first: a short prompt is not held back by a long one being
+read, see kv_reuse.prompt_shares), then samples each sequence from its own row of logits. On a CPU one batched step over
 several sequences costs little more than one token of one, so throughput grows with the number of streams;
 on a GPU even more so. A lean loop on llama.cpp's C API: no per-token copy of the logits, no Python-side
 sampling.
@@ -35,7 +36,7 @@ import numpy as np
 
 from app.config import Settings
 from app.generation.job import FairOrder, JobClass
-from app.generation.kv_reuse import KvReuse, KvReuseMode
+from app.generation.kv_reuse import KvReuse, KvReuseMode, prompt_shares
 from app.generation.prefix_cache import PrefixCache, common_prefix_length
 from app.generation.registry import ModelSpec
 from app.generation.sampling import sampler_chain, scored_piece
@@ -343,12 +344,15 @@ class LlamaEngine:
         reading = [slot for slot in running if slot.reading]
         if self._reuse.exact:
             # A prompt chunk shares its llama_decode with nothing: llama.cpp would split it into ubatches shaped
-            # by the other sequences' tokens, and its cells would round differently from a cold read's.
+            # by the other sequences' tokens, and its cells would round differently from a cold read's. So one
+            # prompt reads a chunk a step: the one with the fewest tokens left, so that a short prompt admitted
+            # beside a long one is read in a chunk or two (the long one waits that long; see prompt_shares).
             self._decode(generating, [])
-            self._decode([], reading[:1])
+            if reading:
+                self._decode([], [min(reading, key=lambda slot: len(slot.pending))])
         else:
             # Generating sequences first (one token each), then prompts in chunks, so a long prompt never
-            # stalls the others for more than one chunk.
+            # stalls the others for more than one chunk; the prompts share the chunk (prompt_shares).
             self._decode(generating, reading)
 
     def _decode(self, generating: list[_Slot], reading: list[_Slot]) -> None:
@@ -357,12 +361,12 @@ class LlamaEngine:
         sampled: list[tuple[_Slot, int]] = []
         for slot in generating:
             used = self._put(slot, 1, used, sampled)
-        limit = used + PROMPT_TOKENS_BESIDE_STREAMS if used else BATCH_TOKENS
-        for slot in reading:
-            room = min(limit, BATCH_TOKENS) - used
-            if room <= 0:
-                break
-            used = self._put(slot, self._reuse.chunk_length(len(slot.tokens), len(slot.pending), room), used, sampled)
+        limit = min(used + PROMPT_TOKENS_BESIDE_STREAMS if used else BATCH_TOKENS, BATCH_TOKENS)
+        shares = prompt_shares([len(slot.pending) for slot in reading], max(limit - used, 0))
+        for slot, share in zip(reading, shares, strict=True):
+            if share:
+                count = self._reuse.chunk_length(len(slot.tokens), len(slot.pending), share)
+                used = self._put(slot, count, used, sampled)
         if not used:
             return
         batch.n_tokens = used

@@ -16,6 +16,7 @@ Two modes (RESPONSES_KV_REUSE):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +26,35 @@ KvReuseMode = Literal["all", "exact"]
 #: already runs near full speed. bench/prefill_chunks.py prints prefill speed by chunk size against 512 (see
 #: bench/README.md); on the loaded 2-core machine this was chosen on, the figures were noise.
 EXACT_CHUNK = 64
+#: Prompt tokens every reading sequence gets of a step's room before the rest goes to the shortest: what keeps a
+#: long prompt moving while shorter ones are read beside it (see prompt_shares).
+MIN_PROMPT_SHARE = 32
+
+
+def prompt_shares(pending: Sequence[int], room: int, floor: int = MIN_PROMPT_SHARE) -> list[int]:
+    """How many of their pending prompt tokens the sequences still reading their prompts (`pending`: each one's
+    count, in slot order) read in a step with `room` places for prompt tokens.
+
+    Each gets up to `floor` tokens first, then what is left goes to the one with the fewest pending tokens, then
+    the next (shortest remaining first, as llama-server's continuous batching lets a short prompt through). So a
+    short prompt admitted while a long one is being read is read whole within a step or two, where the whole room
+    used to go to whichever sequence came first (a 7.6k-token prompt held a tiny one back for its whole prefill,
+    issue 27). What it costs the long prompt: the short prompts' tokens in those steps (every token is read once
+    either way), so its first token comes later by about their reading time, a few steps at most: a sequence
+    reads its prompt once, and at most `slots - 1` others read beside it at a time. The floor keeps the long
+    prompt from standing still meanwhile, however many short ones keep arriving.
+    """
+    shares = [0] * len(pending)
+    left = room
+    for index, count in enumerate(pending):
+        take = min(count, floor, left)
+        shares[index] = take
+        left -= take
+    for index in sorted(range(len(pending)), key=lambda index: pending[index]):
+        take = min(pending[index] - shares[index], left)
+        shares[index] += take
+        left -= take
+    return shares
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,11 +113,48 @@ class ChatTokenizer:
         Raises ContextTooLong when it cannot fit (even the newest message alone, when truncating).
         """
         head = [system] if system else []
-        tokens = self.render([*head, *conversation], template_options)
-        if self.fits(len(tokens)):
-            return tokens
         if not truncate:
-            raise ContextTooLong(len(tokens), self.n_ctx)
+            tokens = self.render([*head, *conversation], template_options)
+            if not self.fits(len(tokens)):
+                raise ContextTooLong(len(tokens), self.n_ctx)
+            return tokens
+        # NOTE: the newest messages are counted (each one's own tokens) only as far back as the window reaches, so
+        # a 10,000-message history is neither counted nor rendered whole: rendering and tokenizing all of it took
+        # minutes of CPU (issue 27). Then the oldest message to keep is searched for between one known not to fit
+        # and one known to fit, each render's size giving the next guess (the counted tokens scaled by what that
+        # render made of them, template included), bisecting when a guess falls outside; a few renders of a
+        # window's worth each. Rendering again for every dropped message cost ~40 s of CPU for 100 x 10 KB
+        # (bench/prompt_work.py).
+        budget = self.n_ctx - MIN_OUTPUT_TOKENS
+        head_size = self.count(system.content) if system else 0
+        sizes: list[int] = []  # newest first
+        while len(sizes) < len(conversation) and head_size + sum(sizes) <= budget:
+            sizes.append(self.count(conversation[len(conversation) - 1 - len(sizes)].content))
+        # Counted tokens of the messages from each start on (only where counted).
+        suffix = {len(conversation) - 1 - index: total for index, total in enumerate(itertools.accumulate(sizes))}
+        last = len(conversation) - 1
+        # Rendering from `too_long` on does not fit (-1: nothing known), from `fitting` on it does (None: unknown).
+        too_long = last - len(sizes) if head_size + sum(sizes) > budget else -1
+        fitting: int | None = None
+        best: list[int] = []
+        start = too_long + 1
+        while True:
+            tokens = self.render([*head, *conversation[start:]], template_options)
+            if self.fits(len(tokens)):
+                fitting, best = start, tokens
+            else:
+                too_long = start
+            upper = last if fitting is None else fitting - 1
+            if upper <= too_long:
+                if fitting is None:
+                    raise ContextTooLong(len(tokens), self.n_ctx)
+                return best
+            # Tokens a counted token makes in this render, template included: the oldest start whose estimate fits.
+            scale = (len(tokens) - head_size) / max(suffix[start], 1)
+            guess = min((index for index in suffix if head_size + suffix[index] * scale <= budget), default=last)
+            if fitting is not None and guess >= fitting:
+                guess = fitting - 1  # the estimate says no more fit: check the one before
+            start = guess if too_long < guess <= upper else (too_long + upper + 1) // 2
         # NOTE: rendered once, then counted: each message's own tokens (plus its share of the template's) say how
         # many of the oldest to drop, and the rest is rendered once more to check (more are dropped only when the
         # count fell short), then once with one message back, since the estimate may drop one too many.

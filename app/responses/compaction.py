@@ -98,7 +98,7 @@ async def compact_context(runtime: Runtime, context: Context, tenant: str) -> tu
     """A create whose context passed its compaction threshold: the model summarises the context first, and the
     prompt is the context with that summary in its place. (prompt tokens, the compaction item that leads the
     response's output)"""
-    system, messages = context.messages()
+    system, messages = await context.messages_off_loop()
     summary = await summarize(
         runtime,
         system=system,
@@ -109,8 +109,9 @@ async def compact_context(runtime: Runtime, context: Context, tenant: str) -> tu
         affinity_key=context.affinity_key,
     )
     item = compaction_item(runtime.sealer, tenant, summary.text, model=context.model.id)
+    summarized = await context.messages_off_loop([summary_as_read(item, summary.text)])
     try:
-        prompt = await render_messages(runtime, context, *context.messages([summary_as_read(item, summary.text)]))
+        prompt = await render_messages(runtime, context, *summarized)
     except ContextTooLong as error:
         raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
     return prompt, item

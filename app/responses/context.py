@@ -34,6 +34,9 @@ from app.runtime import Runtime
 #: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
 #: count): such renders run a few at a time (Runtime.heavy_renders).
 HEAVY_PROMPT_CHARS = 64 * 1024
+#: A context of this many items or more becomes chat messages on a worker thread: 10,000 items took 0.2-0.4 s of
+#: the event loop (issue 27), which every other request on the API node waited for.
+HEAVY_CONTEXT_ITEMS = 1000
 #: Without a compact_threshold, a create compacts once its context passes this share of the window.
 DEFAULT_THRESHOLD_SHARE = 0.8
 
@@ -171,6 +174,20 @@ class Context:
     #: Past this many prompt tokens the context is compacted first (context_management); None: never.
     compact_threshold: int | None
 
+    @property
+    def heavy(self) -> bool:
+        """Whether building its messages is work to take off the event loop."""
+        items = sum(len(turn.input_items) + len(turn.output_items) for turn in self.readable_history)
+        return items + len(self.readable_items) >= HEAVY_CONTEXT_ITEMS
+
+    async def messages_off_loop(
+        self, extra_items: Sequence[dict[str, Any]] = ()
+    ) -> tuple[ChatMessage | None, list[ChatMessage]]:
+        """messages(), on a worker thread when the context is heavy."""
+        if self.heavy:
+            return await asyncio.to_thread(self.messages, extra_items)
+        return self.messages(extra_items)
+
     def messages(self, extra_items: Sequence[dict[str, Any]] = ()) -> tuple[ChatMessage | None, list[ChatMessage]]:
         """The system message and the conversation, with `extra_items` after the request's own (a summary)."""
         return prompt.build_context(
@@ -232,7 +249,7 @@ async def gather_context(
         truncate=request.truncation == "auto",
         compact_threshold=threshold,
     )
-    system, conversation = context.messages()
+    system, conversation = await context.messages_off_loop()
     _check_prompt_size(system, conversation, runtime.settings)
     if not conversation:
         raise InvalidRequest("The input must contain at least one message.", param="input", code="invalid_value")
@@ -263,7 +280,7 @@ async def render_prompt(runtime: Runtime, context: Context) -> list[int] | None:
     """The prompt tokens; None when the context must be compacted first (it passes the request's
     `context_management` threshold, or does not fit at all while compaction was asked for)."""
     try:
-        tokens = await render_messages(runtime, context, *context.messages())
+        tokens = await render_messages(runtime, context, *await context.messages_off_loop())
     except ContextTooLong as error:
         if context.compact_threshold is None:
             raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None

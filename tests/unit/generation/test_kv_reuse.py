@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.generation.kv_reuse import KvReuse
+from app.generation.kv_reuse import KvReuse, prompt_shares
 
 
 def test_the_default_reuses_everything_held_but_the_last_prompt_token() -> None:
@@ -39,3 +39,29 @@ def test_exact_mode_reads_prompts_in_chunks_ending_on_fixed_positions() -> None:
     assert reuse.chunk_length(position=192, pending=8, room=512) == 8
     # Wherever reading starts, the next boundary ends the chunk.
     assert reuse.chunk_length(position=100, pending=500, room=512) == 28
+
+
+def test_a_short_prompt_beside_a_long_one_is_read_in_the_same_step() -> None:
+    # The long prompt came first (slot order); the short one still takes all it needs of a prefill step.
+    assert prompt_shares([7000, 20], room=512, floor=32) == [492, 20]
+    assert prompt_shares([20, 7000], room=512, floor=32) == [20, 492]
+
+
+def test_the_room_goes_to_the_fewest_pending_tokens_after_each_gets_its_floor() -> None:
+    # Beside streams (128 tokens of room): the long prompt keeps its floor, the shorter ones the rest, shortest first.
+    assert prompt_shares([7000, 300], room=128, floor=32) == [32, 96]
+    assert prompt_shares([7000, 300, 50], room=128, floor=32) == [32, 46, 50]
+    # Room for less than every floor: the floors in slot order until it runs out.
+    assert prompt_shares([7000, 300, 50], room=40, floor=32) == [32, 8, 0]
+    # Never more than a sequence has pending, never more than the room.
+    assert prompt_shares([5, 3], room=512, floor=32) == [5, 3]
+    assert prompt_shares([], room=512) == []
+    assert prompt_shares([900, 900], room=0) == [0, 0]
+
+
+def test_shares_fill_the_room_and_never_exceed_it() -> None:
+    for pending in ([1, 2, 3, 4], [600, 700, 10], [512], [100, 100, 100, 100, 100]):
+        for room in (0, 1, 31, 128, 512):
+            shares = prompt_shares(pending, room)
+            assert sum(shares) == min(room, sum(pending))
+            assert all(0 <= share <= count for share, count in zip(shares, pending, strict=True))

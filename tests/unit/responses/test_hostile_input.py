@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
 from app.db.models import ResponseRow
+from app.generation import prompt
 from app.runtime import Runtime
 from app.testing.fakes import FakeRenderer, FakeRunner
 from tests.protocol import assert_error
@@ -314,3 +317,26 @@ async def test_the_context_a_prompt_is_rendered_from_has_a_limit(
     body = {"input": "word " * 60, "previous_response_id": first["id"], "truncation": "auto"}
     await assert_refused(client, app_runtime, body, 400, param="input", code="context_length_exceeded")
     assert len(renderer.rendered) == renders + 1, "the refused context was rendered"  # +1: the still-serving one
+
+
+async def test_a_heavy_context_becomes_messages_off_the_event_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand items or more are turned into chat messages on a worker thread, so that other requests on the
+    API node do not wait for it (issue 27); a light context stays on the loop (no thread hop)."""
+    loop_thread = threading.get_ident()
+    built_on: list[bool] = []
+    build = prompt.build_context
+
+    def recording(**kwargs: Any) -> Any:
+        built_on.append(threading.get_ident() == loop_thread)
+        return build(**kwargs)
+
+    monkeypatch.setattr(prompt, "build_context", recording)
+    assert (await client.post("/v1/responses", json={"input": "hi"})).status_code == 200
+    assert built_on and all(built_on), "a light context left the event loop"
+    built_on.clear()
+    items = [{"role": "user" if index % 2 == 0 else "assistant", "content": "w"} for index in range(1001)]
+    reply = await client.post("/v1/responses", json={"input": items, "truncation": "auto"})
+    assert reply.status_code == 200, reply.text
+    assert built_on and not any(built_on), "a heavy context was built on the event loop"
