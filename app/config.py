@@ -230,7 +230,7 @@ class Settings(BaseSettings):
         600,
         gt=0,
         description="A WebSocket connection with nothing running, nothing waiting and no message for this long is "
-        "closed (code 1000), freeing the tenant's in-flight slot it holds.",
+        "closed (code 1000), freeing its place among the tenant's open connections.",
     )
     file_max_bytes: int = Field(
         200 * 1024 * 1024,
@@ -270,8 +270,15 @@ class Settings(BaseSettings):
     max_concurrent_requests_per_tenant: int = Field(
         64,
         ge=0,
-        description="Requests (WebSocket connections included) one tenant may have in flight on one API process; "
-        "more are refused with a 429 and Retry-After. 0: no limit.",
+        description="Requests one tenant may have in flight on one API process (a WebSocket connection counts while "
+        "a response runs on it); more are refused with a 429 and Retry-After. 0: no limit.",
+    )
+    max_websockets_per_tenant: int = Field(
+        64,
+        ge=0,
+        description="WebSocket connections one tenant may have open on one API process; more are refused with a 429 "
+        "and Retry-After. Counted apart from requests, so that idle connections never take the slots requests "
+        "need. 0: no limit.",
     )
     rate_limit_requests_per_min: int = Field(
         0,

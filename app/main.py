@@ -136,6 +136,7 @@ def create_app(
             queue=queue,
             sealer=sealer,
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
+            sockets=TenantSlots(settings.max_websockets_per_tenant, what="WebSocket connections open"),
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
         )

@@ -35,6 +35,9 @@ class Runtime:
     authenticator: Authenticator
     #: Requests each tenant has in flight here (the per-tenant concurrency limit).
     slots: TenantSlots = field(default_factory=lambda: TenantSlots(0))
+    #: WebSocket connections each tenant has open here (a limit of their own: an open connection takes one of
+    #: `slots` only while a response runs on it).
+    sockets: TenantSlots = field(default_factory=lambda: TenantSlots(0, what="WebSocket connections open"))
     #: Requests and tokens per minute of each tenant (off unless set; shared through Redis in distributed mode).
     limits: TenantRateLimits = field(default_factory=lambda: TenantRateLimits(MemoryBucketStore()))
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).

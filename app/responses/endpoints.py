@@ -19,7 +19,7 @@ from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.errors import ApiError, Unauthorized
+from app.errors import ApiError, RateLimited, Unauthorized
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -208,15 +208,16 @@ async def responses_socket(websocket: WebSocket) -> None:
         )
         identity.require_write()  # every message on the socket is a create
         tenant = identity.tenant
-        # A connection holds one of its tenant's in-flight slots for as long as it is open.
-        runtime.slots.acquire(tenant)
+        # Connections are counted apart from requests: an open one takes one of its tenant's request slots only
+        # while a response runs on it (below), so idle connections never lock the tenant's requests out.
+        runtime.sockets.acquire(tenant)
     except ApiError as error:
         await _refuse(websocket, error)
         return
     try:
         await _serve(websocket, runtime, tenant)
     finally:
-        runtime.slots.release(tenant)
+        runtime.sockets.release(tenant)
 
 
 async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
@@ -272,13 +273,24 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
             pass
         cancel.cancel()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(read, group.cancel_scope)
-        while True:
-            create = await creates.get()
+    async def respond(create: SocketCreate) -> bool:
+        """Run one create, holding one of the tenant's request slots while it runs; False once the client left."""
+        try:
+            runtime.slots.acquire(tenant)
+        except RateLimited as error:  # the tenant's requests hold every slot: this create is refused
+            return await send({"type": "error", "status": error.status_code, **error.body()})
+        try:
             with idle.busy():
                 async with aclosing(session.run(create)) as events:
                     async for event in events:
                         if not await send(event):
-                            group.cancel_scope.cancel()
-                            return
+                            return False
+        finally:
+            runtime.slots.release(tenant)
+        return True
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read, group.cancel_scope)
+        while await respond(await creates.get()):
+            pass
+        group.cancel_scope.cancel()

@@ -123,7 +123,7 @@ def _socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any
 
 class IdleClock:
     """How long a connection has had nothing to do: no message heard, no response running or waiting. An idle
-    connection still holds one of its tenant's in-flight slots, so it is closed after `timeout_s`."""
+    connection still holds one of its tenant's places for open connections, so it is closed after `timeout_s`."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s

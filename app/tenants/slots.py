@@ -35,9 +35,11 @@ class TenantSlots:
     NOTE: held in memory on purpose: a count of open connections dies with them, so it has nothing to persist.
     """
 
-    def __init__(self, limit: int) -> None:
-        #: Most requests one tenant may have in flight; 0: no limit.
+    def __init__(self, limit: int, *, what: str = "requests in flight") -> None:
+        #: Most requests (or connections) one tenant may have at once; 0: no limit.
         self.limit = limit
+        #: What is counted, as the 429 names it.
+        self.what = what
         self._in_flight: Counter[str] = Counter()
 
     def in_flight(self, tenant: str) -> int:
@@ -47,7 +49,7 @@ class TenantSlots:
         """Take one of `tenant`'s slots, or a 429 with Retry-After when it has none left."""
         if self.limit and self._in_flight[tenant] >= self.limit:
             raise RateLimited(
-                f"Too many requests in flight: this server runs at most {self.limit} at once for each API key. "
+                f"Too many {self.what}: this server allows at most {self.limit} at once for each API key. "
                 "Retry when one of them has finished.",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(RETRY_AFTER_S)},

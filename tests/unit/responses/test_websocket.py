@@ -264,12 +264,12 @@ def test_the_upgrade_needs_the_same_key_as_http(setup: Setup) -> None:
         assert well_formed(create(socket, input="hi"))["status"] == "completed"
 
 
-@pytest.mark.settings(max_concurrent_requests_per_tenant=1)
-def test_an_open_connection_counts_toward_the_tenants_requests_in_flight(setup: Setup) -> None:
+@pytest.mark.settings(max_concurrent_requests_per_tenant=1, max_websockets_per_tenant=1)
+def test_a_connection_takes_a_request_slot_only_while_a_response_runs(setup: Setup) -> None:
+    """Connections are counted apart (a second one is refused), and an idle one leaves the tenant's requests
+    their slots: a connection at work holds one, and its create is refused while the requests hold them all."""
+    slow_reply(setup, words=30)
     with setup.client.websocket_connect("/v1/responses") as socket:
-        assert well_formed(create(socket, input="hi"))["status"] == "completed"
-        reply = setup.client.get("/v1/models")
-        assert reply.status_code == 429 and reply.headers["retry-after"] == "1"
         with (
             pytest.raises(WebSocketDenialResponse) as denied,
             setup.client.websocket_connect("/v1/responses"),
@@ -277,10 +277,35 @@ def test_an_open_connection_counts_toward_the_tenants_requests_in_flight(setup: 
             pass
         assert denied.value.status_code == 429
         assert denied.value.json()["error"]["code"] == "rate_limit_exceeded"
-    deadline = time.monotonic() + 5
-    while setup.client.get("/v1/models").status_code == 429 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert setup.client.get("/v1/models").status_code == 200
+        assert "WebSocket connections open" in denied.value.json()["error"]["message"]
+        assert setup.client.get("/v1/models").status_code == 200  # open, idle: no request slot taken
+        socket.send_text(json.dumps({"type": "response.create", "input": "hi"}))
+        assert json.loads(socket.receive_text())["type"] == "response.created"
+        reply = setup.client.get("/v1/models")  # the response running on it holds the tenant's one slot
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "1"
+        events = until_terminal(socket)
+        assert events[-1]["type"] == "response.completed"
+        assert setup.client.get("/v1/models").status_code == 200  # given back when the response ended
+    with setup.client.websocket_connect("/v1/responses") as socket:  # the first connection's place is free
+        assert well_formed(create(socket, input="hi"))["status"] == "completed"
+
+
+@pytest.mark.settings(max_concurrent_requests_per_tenant=1)
+def test_a_create_on_a_connection_is_refused_while_the_tenants_requests_hold_every_slot(setup: Setup) -> None:
+    slow_reply(setup, words=30)
+    with (
+        setup.client.websocket_connect("/v1/responses") as busy,
+        setup.client.websocket_connect("/v1/responses") as other,
+    ):
+        busy.send_text(json.dumps({"type": "response.create", "input": "long"}))
+        assert json.loads(busy.receive_text())["type"] == "response.created"
+        other.send_text(json.dumps({"type": "response.create", "input": "refused"}))
+        refused = json.loads(other.receive_text())
+        assert refused["type"] == "error" and refused["status"] == 429, refused
+        assert refused["error"]["code"] == "rate_limit_exceeded"
+        assert until_terminal(busy)[-1]["type"] == "response.completed"
+        # The connection stays open and its next create runs once a slot is free.
+        assert well_formed(create(other, input="now"))["status"] == "completed"
 
 
 def _database_starting_up(*_: object, **__: object) -> None:
@@ -355,14 +380,14 @@ def test_a_full_queue_of_creates_stops_the_reading_until_one_starts(setup: Setup
     assert kinds.count("response.completed") == 3
 
 
-@pytest.mark.settings(websocket_idle_timeout_s=0.5, max_concurrent_requests_per_tenant=1)
-def test_an_idle_connection_is_closed_and_gives_its_slot_back(setup: Setup) -> None:
+@pytest.mark.settings(websocket_idle_timeout_s=0.5, max_websockets_per_tenant=1)
+def test_an_idle_connection_is_closed_and_gives_its_place_back(setup: Setup) -> None:
     slow_reply(setup, words=30)  # runs longer than the idle timeout: a connection at work is not idle
     with setup.client.websocket_connect("/v1/responses") as socket:
         started = time.monotonic()
         assert well_formed(create(socket, input="hi"))["status"] == "completed"
         assert time.monotonic() - started > 1
-        assert setup.client.get("/v1/models").status_code == 429  # the open connection holds the slot
         closed = socket.receive()
         assert closed["type"] == "websocket.close" and closed["code"] == 1000, closed
-    assert setup.client.get("/v1/models").status_code == 200
+    with setup.client.websocket_connect("/v1/responses") as socket:  # its place (the tenant's one) is free again
+        assert well_formed(create(socket, input="hi"))["status"] == "completed"
