@@ -316,6 +316,24 @@ class Settings(BaseSettings):
         "they are not public: comma-separated host names, IPs and CIDRs (e.g. 'hooks.internal,10.1.0.0/16'). "
         "Every other private, loopback, link-local (cloud metadata) or reserved address is refused.",
     )
+    mcp_call_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long one call to a client's MCP server (listing its tools, or one tool call) may take; a "
+        "server that takes longer fails that listing or that call, not the response's worker.",
+    )
+    mcp_max_output_bytes: int = Field(
+        65536,
+        ge=1,
+        description="The most an MCP tool call may return (its output as text, in UTF-8 bytes); a longer output fails "
+        "that call.",
+    )
+    mcp_max_calls: int = Field(
+        16,
+        ge=1,
+        description="How many MCP tool calls one response makes at most when its request sets no max_tool_calls (a "
+        "model that keeps calling ends its response there).",
+    )
     webhook_retry_window_s: float = Field(
         72 * 3600,
         gt=0,

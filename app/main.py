@@ -35,6 +35,7 @@ from app.limits.headers import RateLimitHeaders
 from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.redis_store import RedisBucketStore
+from app.mcp.calls import McpCaller
 from app.observability import tracing
 from app.observability.metrics import limit_tenant_labels
 from app.observability.requests import RequestObservation
@@ -99,7 +100,13 @@ async def build_generation(
     bus = MemoryBus()
     # This process's lease owner id: a lease left by an earlier run of the server is not ours.
     executor = JobExecutor(
-        pool, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=limits.charge_tokens
+        pool,
+        database,
+        bus,
+        owner=new_id("node"),
+        lease_s=settings.lease_s,
+        charge_tokens=limits.charge_tokens,
+        mcp=McpCaller.from_settings(settings, database),
     )
     # As many jobs of a model run as its engine has sequences; the others wait in a fair order, still queued.
     return renderers, InProcessQueue(executor, bus, places=concurrency(settings))

@@ -92,7 +92,20 @@ def assert_well_formed_stream(
             deltas[(event["item_id"], -1)] = deltas.get((event["item_id"], -1), "") + event["delta"]
         elif kind == "response.function_call_arguments.done":
             assert deltas.get((event["item_id"], -1), "") == event["arguments"]
+        elif kind in ("response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"):
+            assert open_items.get(event["item_id"], {}).get("type") == "mcp_call", "arguments before item"
+            key = (event["item_id"], -1)
+            if kind.endswith("delta"):
+                deltas[key] = deltas.get(key, "") + event["delta"]
+            else:
+                assert deltas.get(key, "") == event["arguments"]
+        elif kind.startswith("response.mcp_call.") or kind.startswith("response.mcp_list_tools."):
+            item_type = "mcp_call" if kind.startswith("response.mcp_call.") else "mcp_list_tools"
+            assert open_items.get(event["item_id"], {}).get("type") == item_type, f"{kind} outside its item"
         elif kind == "response.output_item.done":
+            if event["item"]["type"] == "mcp_call":
+                assert event["item"]["arguments"] == deltas.get((event["item"]["id"], -1), "")
+                assert event["item"]["status"] in ("completed", "failed", "incomplete")
             if event["item"]["type"] == "function_call":
                 assert event["item"]["arguments"] == deltas.get((event["item"]["id"], -1), "")
             if event["item"]["type"] == "custom_tool_call":

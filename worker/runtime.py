@@ -20,6 +20,7 @@ from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.limits.limiter import TenantRateLimits
 from app.limits.redis_store import RedisBucketStore
+from app.mcp.calls import McpCaller
 from app.observability import tracing
 from app.secrets.keys import load_sealer
 from app.transport.redis_bus import RedisBus
@@ -80,6 +81,7 @@ class WorkerRuntime:
             owner=worker_id,
             lease_s=settings.lease_s,
             charge_tokens=limits.charge_tokens,
+            mcp=McpCaller.from_settings(settings, database),
         )
         reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
         webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
+from app.events.mcp_items import call_closing_events, call_opening_events, list_tools_events
 from app.generation.prompt import encode_reasoning
 from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_calls, parse_cut_calls
 from app.generation.types import Finish, ScoredPiece
@@ -37,6 +38,8 @@ from app.schemas.items import (
     ReasoningText,
     StoredCustomToolCall,
     StoredFunctionCall,
+    StoredMcpCall,
+    StoredMcpListTools,
     StoredReasoning,
 )
 from app.schemas.responses import (
@@ -82,8 +85,13 @@ class ResponseAssembler:
         parallel_tool_calls: bool = True,
         ids: Callable[[str], str] = new_id,
         announced: bool = False,
+        mcp_tools: dict[str, str] | None = None,
     ) -> None:
         self.response = response
+        #: Offered functions that are MCP servers' tools: name -> server_label (their calls are this server's).
+        self._mcp_tools = mcp_tools or {}
+        #: Tool rounds so far (see mcp_round): their items went into `_leading`.
+        self.rounds = 0
         #: Where item and call ids come from: a takeover replays the ids the first run gave out.
         self._ids = ids
         self._functions = functions or {}
@@ -120,6 +128,9 @@ class ResponseAssembler:
         events: list[ResponseEvent] = [] if self._announced else [self._lifecycle("created")]
         events.append(self._lifecycle("in_progress"))
         for index, item in enumerate(self._leading):
+            if isinstance(item, StoredMcpListTools):
+                events += list_tools_events(item, index, self._next)
+                continue
             for kind in ("response.output_item.added", "response.output_item.done"):
                 events.append(OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item))
         return events
@@ -386,7 +397,7 @@ class ResponseAssembler:
             # A cut output may end in the start of a call tag: markup, not text.
             cut_tag = held_back(self._raw) if self._functions and status != "completed" else 0
             events += self._send_text(len(self._raw) - cut_tag)
-        if self._message is None and not calls:
+        if self._message is None and not calls and not self.rounds:
             events += self._open_message()
         if self._message is not None:
             events += self._close_message(status)
@@ -421,6 +432,10 @@ class ResponseAssembler:
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
         if self._message is not None and self._message.status == "in_progress":
             events += self._close_message("incomplete")
+        for index, item in enumerate(self._leading):
+            if isinstance(item, StoredMcpCall) and item.status == "in_progress":
+                self._leading[index] = item.model_copy(update={"status": "incomplete"})
+                events += call_closing_events(self._leading[index], index, self._next)  # type: ignore[arg-type]
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
@@ -428,3 +443,51 @@ class ResponseAssembler:
         events.append(ErrorEvent(sequence_number=self._next(), code=code, message=message))
         events.append(self._lifecycle("failed"))
         return events
+
+    # MCP tool rounds -----------------------------------------------------------------------------------
+
+    def mcp_round(self) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
+        """The model ended its turn calling MCP tools, and only those: its reasoning and text close, its calls
+        open (in progress), and the next round starts empty. Returns the events, the calls, and the round's
+        text (which continues the prompt); None when this turn was not such a call (finish() ends it)."""
+        if not self._mcp_tools or self._phase == "reasoning":
+            return None
+        if self._phase == "undecided":
+            self._phase = "answer"
+        parsed = self._parsed_calls(completed=True)
+        if not parsed or any(call.name not in self._mcp_tools for call in parsed):
+            return None
+        if not self._parallel_tool_calls:
+            parsed = parsed[:1]
+        events: list[ResponseEvent] = []
+        if self._message is not None:
+            events += self._close_message("completed")
+        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
+        self._leading += finished
+        calls = [
+            StoredMcpCall(
+                id=self._ids("mcp"),
+                server_label=self._mcp_tools[call.name],
+                name=call.name,
+                arguments=call.arguments,
+                status="in_progress",
+            )
+            for call in parsed
+        ]
+        for call in calls:
+            events += call_opening_events(call, len(self._leading), self._next)
+            self._leading.append(call)
+        text = self._raw
+        self._raw, self._phase = "", "undecided" if self._tags else "answer"
+        self._reasoning, self._message, self._calls_from = None, None, None
+        self._reasoning_from = self._reasoning_sent = self._answer_from = self._sent = 0
+        if self._logprobs is not None:
+            self._logprobs = TokenLogprobs()
+        self.rounds += 1
+        return events, calls, text
+
+    def mcp_call_done(self, call: StoredMcpCall) -> list[ResponseEvent]:
+        """`call` (an open one, as mcp_round gave it) ended: its output or error in, its item closed."""
+        index = next(position for position, item in enumerate(self._leading) if item.id == call.id)
+        self._leading[index] = call
+        return call_closing_events(call, index, self._next)

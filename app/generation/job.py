@@ -63,6 +63,9 @@ class GenerationJob:
     #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
     #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
     announced: bool = False
+    #: The request's MCP tools, as app/mcp's McpSetup payload (servers, sealed headers, which function is whose):
+    #: where the model calls one, the job calls it and goes on generating (app/jobs/tool_loop.py).
+    mcp: dict[str, Any] | None = None
     #: Its priority class (see JobClass): which waiting job the model takes next.
     job_class: JobClass = "interactive"
     #: The trace context, request id and queueing time of the request that made the job (see job_telemetry).

@@ -94,6 +94,18 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
     messages: list[ChatMessage] = []
     reasoning = ""
     for item in items:
+        if item.get("type") in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
+            continue  # what a server offers is in the system prompt; approvals are not messages
+        if item.get("type") == "mcp_call":
+            # The call as the model wrote it, then its result as a tool result (an error, said as one).
+            messages.append(ChatMessage("assistant", reasoning + render_call(item["name"], item["arguments"])))
+            reasoning = ""
+            result = item.get("output")
+            if result is None:
+                error = item.get("error") or {}
+                result = "Error: " + str(error.get("message") or error.get("content") or "the call failed")
+            messages.append(ChatMessage("user", render_call_output(result)))
+            continue
         if item.get("type") == "reasoning":
             if reasoning_tags is not None:
                 reasoning += f"{reasoning_tags[0]}{reasoning_text(item)}{reasoning_tags[1]}\n"

@@ -84,6 +84,18 @@ class ChatTokenizer:
             tokens.insert(0, self._bos)
         return tokens
 
+    def tool_turn_markup(self) -> tuple[str, str]:
+        """The template's text between an assistant turn's end and a user turn's content, and from that content's
+        end to the next assistant turn's opening: how a tool result continues a prompt (app/jobs/tool_loop.py).
+        NOTE: read off one render with marker contents; a template that renders a last assistant turn differently
+        from earlier ones is continued as if it did not."""
+        markers = ("\u241eU\u241e", "\u241eA\u241e", "\u241eR\u241e")
+        messages: list[Any] = [{"role": "user", "content": markers[0]}, {"role": "assistant", "content": markers[1]}]
+        messages.append({"role": "user", "content": markers[2]})
+        text = self._formatter(messages=messages).prompt
+        after_call = text.split(markers[1], 1)[1].split(markers[2], 1)[0]
+        return after_call, text.split(markers[2], 1)[1]
+
     def fits(self, prompt_tokens: int) -> bool:
         return prompt_tokens + MIN_OUTPUT_TOKENS <= self.n_ctx
 

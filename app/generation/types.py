@@ -82,6 +82,10 @@ class PromptRenderer(Protocol):
         template_options: Mapping[str, Any] | None = None,
     ) -> list[int]: ...
 
+    def tool_turn_markup(self) -> tuple[str, str]:
+        """The chat template's text after a tool call (to the result) and after the result (to the next answer)."""
+        ...
+
     def grammar_builds(self, grammar: str) -> bool:
         """Whether llama.cpp builds `grammar` (checked where the request arrives, so that one it cannot build is a
         400 rather than a failed generation)."""

@@ -35,7 +35,9 @@ from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, Lease
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
 from app.jobs.telemetry import JobObserver
+from app.jobs.tool_loop import LoopRun, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
+from app.mcp.calls import McpCaller
 from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
 from app.transport.base import EventBus
@@ -67,8 +69,13 @@ class JobExecution:
         owner: str,
         lease_s: float = DEFAULT_LEASE_S,
         charge_tokens: TokenCharge | None = None,
+        mcp: McpCaller | None = None,
     ) -> None:
         self.job = job
+        #: The request's MCP tools: the model's calls of them are made here, between rounds (None: no MCP tool).
+        self.tools = ToolLoop.of(job, mcp)
+        self.runner: ModelRunner | None = None
+        self.generation: GenerationRun | None = None
         self.charge_tokens = charge_tokens
         self.database = database
         self.bus = bus
@@ -306,7 +313,16 @@ class JobExecution:
                 )
         except LeaseLost:
             return
-        generation = runner.start(job)
+        if self.tools is not None and self.tools.setup.failure is not None:
+            # A server's tools could not be listed: its mcp_list_tools item says why, and the response fails.
+            self._ended = True
+            await self._close(GenerationFailed(self.tools.setup.failure))
+            return
+        self.runner = runner
+        if self.tools is not None:
+            self.tools.job = job
+        generation: GenerationRun = runner.start(job) if self.tools is None else LoopRun(runner.start(job))
+        self.generation = generation
         self.observer.generation_started(resumed=self.resumed)
         heartbeat: asyncio.Task[None] | None = None
         if self.lease is not None:
@@ -345,16 +361,27 @@ class JobExecution:
             with anyio.CancelScope(shield=True):
                 await self.batch.stop()  # the final write, the hand-over or a failure left nothing for it
 
+    def cancel(self) -> None:
+        """A cancel signal: a tool loop stops between rounds too (the model's run alone is the runner's)."""
+        if isinstance(self.generation, LoopRun):
+            self.generation.cancel()
+
     async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
-        outputs: AsyncIterator[Any] = generation.outputs()
-        async for output in outputs:
-            if isinstance(output, str | ScoredPiece):
-                if silent:
+        while True:
+            outputs: AsyncIterator[Any] = generation.outputs()
+            async for output in outputs:
+                if isinstance(output, str | ScoredPiece):
+                    if silent:
+                        continue
+                    self.observer.output()
+                    self.progress.pieces.append(output if isinstance(output, str) else output.text)
+                    await self._emit(self.assembler.text(output))
                     continue
-                self.observer.output()
-                self.progress.pieces.append(output if isinstance(output, str) else output.text)
-                await self._emit(self.assembler.text(output))
-            else:
+                if isinstance(output, Finish) and isinstance(generation, LoopRun) and not silent:
+                    ended = await self._tool_round(generation, output)
+                    if ended is None:
+                        break  # the next round's run is in `generation`
+                    output = ended
                 self._ended = True  # read once: a close that raises must not wait for it again
                 if self.lease is not None and self.lease.lapsed:
                     # Its end is the reconciler's (or a takeover's) to write once the database is back.
@@ -362,6 +389,34 @@ class JobExecution:
                 elif not silent:
                     await self._close(output)
                 return
+            else:
+                return
+
+    async def _tool_round(self, generation: LoopRun, finish: Finish) -> Finish | None:
+        """The model's turn ended: if it called MCP tools, call them and start the next round in `generation`
+        (None); else (an answer, a cut, a cancel, the limit reached) the Finish the response ends with, the
+        usage of every round in it."""
+        assert self.tools is not None and self.runner is not None
+        if finish.reason != "stop" or generation.cancelled:
+            return self.tools.total(finish)
+        opened = self.assembler.mcp_round()
+        if opened is None:
+            return self.tools.total(finish)
+        events, calls, text = opened
+        await self._emit(events)
+        done = []
+        for call in calls:
+            ended = await self.tools.call(generation, call)
+            done.append(ended)
+            await self._emit(self.assembler.mcp_call_done(ended))
+        if generation.cancelled or self.tools.exhausted:
+            # Ends here (a cancel, or a call over the limit): with what the rounds used, and no more output.
+            return self.tools.total(replace(finish, reason="cancelled" if generation.cancelled else "stop"))
+        job = await self.tools.next_round(self.runner, finish, text, done)
+        generation.run = self.runner.start(job)
+        if generation.cancelled:  # a cancel that came while the run started
+            generation.run.cancel()
+        return None
 
 
 class JobExecutor:
@@ -377,8 +432,13 @@ class JobExecutor:
         owner: str,
         lease_s: float = DEFAULT_LEASE_S,
         charge_tokens: TokenCharge | None = None,
+        mcp: McpCaller | None = None,
     ) -> None:
         self.runner = runner
+        #: Calls the MCP servers of the jobs that name some (None: their calls fail).
+        self.mcp = mcp
+        #: The executions running now, by response id (a cancel reaches a tool call in flight through them).
+        self.executions: dict[str, JobExecution] = {}
         #: Charges a tenant's rate limit for the output tokens of each generation that ends here.
         self.charge_tokens = charge_tokens
         self.database = database
@@ -390,14 +450,22 @@ class JobExecutor:
 
     async def execute(self, job: GenerationJob) -> None:
         execution = JobExecution(
-            job, self.database, self.bus, owner=self.owner, lease_s=self.lease_s, charge_tokens=self.charge_tokens
+            job,
+            self.database,
+            self.bus,
+            owner=self.owner,
+            lease_s=self.lease_s,
+            charge_tokens=self.charge_tokens,
+            mcp=self.mcp,
         )
         self.running[job.response_id] = execution.background and execution.lease is not None
+        self.executions[job.response_id] = execution
         try:
             with execution.observer.running():
                 await execution.run(self.runner)
         finally:
             self.running.pop(job.response_id, None)
+            self.executions.pop(job.response_id, None)
 
     def handed_over_when_stopped(self) -> set[str]:
         """The running jobs that a stop hands over to another run (background, stored) rather than cuts."""
@@ -405,6 +473,9 @@ class JobExecutor:
 
     def cancel(self, response_id: str) -> None:
         self.runner.cancel(response_id)
+        execution = self.executions.get(response_id)
+        if execution is not None:
+            execution.cancel()
 
     def loaded(self) -> set[str] | None:
         return self.runner.loaded()

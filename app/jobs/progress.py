@@ -39,6 +39,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         parallel_tool_calls=job.parallel_tool_calls,
         ids=ids,
         announced=job.announced,
+        mcp_tools=dict(job.mcp["tools"]) if job.mcp else None,
     )
 
 

@@ -27,6 +27,7 @@ from app.items.normalization import check_call_outputs, normalize_input
 from app.items.references import resolve_references
 from app.observability import tracing
 from app.responses import repository
+from app.responses.mcp_tools import McpContext, gather_mcp, parse_servers
 from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, resolve_tools
 from app.runtime import Runtime
@@ -173,6 +174,8 @@ class Context:
     truncate: bool
     #: Past this many prompt tokens the context is compacted first (context_management); None: never.
     compact_threshold: int | None
+    #: The request's MCP servers, their listings and the tools they offer (None: no mcp tool).
+    mcp: McpContext | None = None
 
     @property
     def heavy(self) -> bool:
@@ -206,14 +209,28 @@ async def gather_context(
     model = resolve_model(request.model, runtime.models, runtime.settings)
     # A chain may switch models between turns: each turn is rendered with its own model's template.
     renderer = await renderer_for(runtime, model)
+    servers = parse_servers(request.tools, tenant, runtime)
+    mcp_choice = isinstance(request.tool_choice, dict) and request.tool_choice.get("type") == "mcp"
+    # Checked first without the MCP servers' tools (not listed yet): a choice that needs them waits for them.
+    waits = mcp_choice or (bool(servers) and request.tool_choice == "required")
     # Off the event loop: a forced call converts every tool's schema to a grammar.
     tools = await asyncio.to_thread(
-        resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools
+        resolve_tools,
+        request.tools,
+        None if waits else request.tool_choice,
+        strict=runtime.settings.strict_tools,
     )
     items = normalize_input(request.input)
     await resolve_references(runtime.database, items, tenant, param="input")
     history = await _load_history(runtime, request, tenant, connection)
     check_call_outputs(history.turns, items)
+    mcp = await gather_mcp(servers, tenant, runtime, history.turns) if servers else None
+    if mcp is not None or mcp_choice:
+        # Again, with the MCP servers' tools offered beside the functions (and tool_choice naming one of them).
+        offered = mcp.offered if mcp is not None else []
+        tools = await asyncio.to_thread(
+            resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools, mcp=offered
+        )
     where = "conversation" if history.conversation is not None else "previous_response_id"
     readable_history = open_history(runtime.sealer, tenant, history.turns, where)
     readable_items = open_compactions(runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content")
@@ -248,6 +265,7 @@ async def gather_context(
         template_options=template_options or None,
         truncate=request.truncation == "auto",
         compact_threshold=threshold,
+        mcp=mcp,
     )
     system, conversation = await context.messages_off_loop()
     _check_prompt_size(system, conversation, runtime.settings)

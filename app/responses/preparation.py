@@ -17,6 +17,7 @@ from app.generation.job import GenerationJob, JobClass
 from app.generation.registry import ModelSpec
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id
+from app.mcp.servers import McpSetup
 from app.responses.context import Context, conversation_id_of
 from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, echoed_tools
@@ -81,6 +82,31 @@ async def _output_grammar(renderer: PromptRenderer, tools: ToolSetup, text_forma
             code="invalid_json_schema" if param == "text.format.schema" else "invalid_function_parameters",
         )
     return grammar
+
+
+async def _mcp_setup(
+    request: CreateResponseRequest,
+    context: Context,
+    settings: Settings,
+    text_format: dict[str, Any] | None,
+    grammar: str | None,
+) -> dict[str, Any] | None:
+    """What the job needs to call the request's MCP servers' tools and go on from their results."""
+    if context.mcp is None:
+        return None
+    after_call, before_answer = context.renderer.tool_turn_markup()
+    # A forced call is forced once: the rounds after it answer under the text format's grammar alone.
+    answer_grammar = await asyncio.to_thread(_grammar_for, text_format) if context.tools.grammar else grammar
+    setup = McpSetup(
+        servers=context.mcp.servers,
+        tools=context.tools.mcp_tools,
+        failure=context.mcp.failure,
+        after_call=after_call,
+        before_answer=before_answer,
+        answer_grammar=answer_grammar,
+        max_calls=request.max_tool_calls or settings.mcp_max_calls,
+    )
+    return setup.to_payload()
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +206,7 @@ async def prepare_response(
         affinity_key=context.affinity_key or response.id,
         conversation_id=context.conversation.conversation_id if context.conversation else None,
         conversation_input=context.items if context.conversation else [],
-        leading_items=rendered.leading,
+        leading_items=[*rendered.leading, *(context.mcp.items if context.mcp else [])],
+        mcp=await _mcp_setup(request, context, settings, params.text.get("format"), grammar),
     )
     return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,8 @@ from pydantic import ValidationError
 from app.errors import InvalidRequest, validation_error
 from app.generation.grammars import InvalidSchema, function_grammar, tool_call_grammar
 from app.generation.tool_calls import FunctionSpec
-from app.schemas.tools import HOSTED_TOOL_TYPES, CustomTool, FunctionChoice, FunctionTool, NamespaceTool
+from app.mcp.servers import redacted
+from app.schemas.tools import HOSTED_TOOL_TYPES, CustomTool, FunctionChoice, FunctionTool, McpChoice, NamespaceTool
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -25,6 +27,8 @@ class ToolSetup:
     ignored: list[str] = field(default_factory=list)
     #: A grammar forcing one call (tool_choice "required" or a named function); None lets the model choose.
     grammar: str | None = None
+    #: Offered functions that are MCP servers' tools: name -> server_label.
+    mcp_tools: dict[str, str] = field(default_factory=dict)
 
 
 def _echoed_function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +49,8 @@ def echoed_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 for member in tool["tools"]
             ]
             tool = {**tool, "tools": members}
+        elif tool.get("type") == "mcp":
+            tool = redacted(tool)
         echoed.append(tool)
     return echoed
 
@@ -91,7 +97,9 @@ def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:
     return problem
 
 
-def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[FunctionSpec], list[str], dict[str, str]]:
+def _functions_of(
+    tools: list[dict[str, Any]], *, strict: bool, mcp: Sequence[tuple[str, FunctionSpec]] = ()
+) -> tuple[list[FunctionSpec], list[str], dict[str, str]]:
     """The functions offered, the hosted tool types left out, and where each function's schema was sent (its
     `parameters`, or its custom format's `definition`), to name it in a 400."""
     functions: list[FunctionSpec] = []
@@ -116,6 +124,8 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
                 else:
                     functions.append(_function(member.model_dump(), where, namespace.name))
                     schema_params[functions[-1].name] = f"{where}.parameters"
+        elif kind == "mcp":
+            continue  # an MCP server's tools: listed and offered by app/responses/mcp_tools.py
         elif isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
             if strict:
                 raise InvalidRequest(
@@ -129,6 +139,9 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
             schema_params[functions[-1].name] = f"{param}.format.definition"
         else:
             raise InvalidRequest(f"Unknown tool type '{kind}'.", param=f"{param}.type", code="invalid_value")
+    for _label, function in mcp:
+        functions.append(function)
+        schema_params[function.name] = "tools"
     seen: set[str] = set()
     for function in functions:
         if function.name in seen:
@@ -142,20 +155,28 @@ def _functions_of(tools: list[dict[str, Any]], *, strict: bool) -> tuple[list[Fu
 
 
 def resolve_tools(
-    tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None, *, strict: bool
+    tools: list[dict[str, Any]] | None,
+    tool_choice: str | dict[str, Any] | None,
+    *,
+    strict: bool,
+    mcp: Sequence[tuple[str, FunctionSpec]] = (),
 ) -> ToolSetup:
-    functions, ignored, schema_params = _functions_of(tools or [], strict=strict)
+    """`mcp`: the MCP servers' tools offered, as (server_label, function)."""
+    functions, ignored, schema_params = _functions_of(tools or [], strict=strict, mcp=mcp)
+    mcp_tools = {function.name: label for label, function in mcp}
     choice = tool_choice or "auto"
     if choice == "none":
         return ToolSetup(ignored=ignored)
     if choice == "auto":
-        return ToolSetup(functions, ignored)
+        return ToolSetup(functions, ignored, mcp_tools=mcp_tools)
     if choice == "required":
         if not functions:
             raise InvalidRequest(
                 "tool_choice 'required' needs at least one function tool.", param="tool_choice", code="invalid_value"
             )
-        return ToolSetup(functions, ignored, _forced(functions, schema_params))
+        return ToolSetup(functions, ignored, _forced(functions, schema_params), mcp_tools)
+    if isinstance(choice, dict) and choice.get("type") == "mcp":
+        return ToolSetup(functions, ignored, _forced(_mcp_chosen(choice, mcp), schema_params), mcp_tools)
     if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
         kind = choice.get("type") if isinstance(choice, dict) else choice
         raise InvalidRequest(
@@ -174,7 +195,29 @@ def resolve_tools(
             param="tool_choice.name",
             code="invalid_value",
         )
-    return ToolSetup(functions, ignored, _forced(chosen, schema_params))
+    return ToolSetup(functions, ignored, _forced(chosen, schema_params), mcp_tools)
+
+
+def _mcp_chosen(choice: dict[str, Any], mcp: Sequence[tuple[str, FunctionSpec]]) -> list[FunctionSpec]:
+    try:
+        named = McpChoice.model_validate(choice)
+    except ValidationError as error:
+        raise _with_prefix(error, "tool_choice") from None
+    of_server = [function for label, function in mcp if label == named.server_label]
+    if not of_server:
+        raise InvalidRequest(
+            f"tool_choice names the MCP server '{named.server_label}', which offers no tools here.",
+            param="tool_choice.server_label",
+            code="invalid_value",
+        )
+    chosen = [function for function in of_server if named.name is None or function.name == named.name]
+    if not chosen:
+        raise InvalidRequest(
+            f"tool_choice names the tool '{named.name}', which the MCP server '{named.server_label}' does not offer.",
+            param="tool_choice.name",
+            code="invalid_value",
+        )
+    return chosen
 
 
 def _forced(functions: list[FunctionSpec], schema_params: dict[str, str]) -> str:

@@ -119,3 +119,25 @@ class ErrorEvent(ResponseEvent):
     code: str | None
     message: str
     param: str | None = None
+
+
+class McpItemEvent(ResponseEvent):
+    """response.mcp_list_tools.in_progress / completed / failed and response.mcp_call.in_progress / completed /
+    failed: an MCP item's progress."""
+
+    item_id: str
+    output_index: int
+
+
+class McpCallArgumentsDeltaEvent(ResponseEvent):
+    type: Literal["response.mcp_call_arguments.delta"] = "response.mcp_call_arguments.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class McpCallArgumentsDoneEvent(ResponseEvent):
+    type: Literal["response.mcp_call_arguments.done"] = "response.mcp_call_arguments.done"
+    item_id: str
+    output_index: int
+    arguments: str

@@ -288,6 +288,38 @@ class StoredCompaction(CompactionItem):
     id: str
 
 
+class McpListedTool(BaseModel):
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class StoredMcpListTools(BaseModel):
+    """The tools an MCP server offered (the SDK's McpListTools); `error` when they could not be listed."""
+
+    id: str
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None
+
+
+class StoredMcpCall(BaseModel):
+    """A call of an MCP server's tool, made by this server (the SDK's McpCall): `output`, or `error` (the SDK's
+    McpToolCallError shapes: `mcp_tool_execution_error` or `mcp_protocol_error`)."""
+
+    id: str
+    type: Literal["mcp_call"] = "mcp_call"
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] = "completed"
+    approval_request_id: str | None = None
+
+
 def _stored_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     return f"item:{kind}"
@@ -301,7 +333,9 @@ Item = Annotated[
     | Annotated[StoredReasoning, Tag("item:reasoning")]
     | Annotated[StoredCustomToolCall, Tag("item:custom_tool_call")]
     | Annotated[StoredCustomToolCallOutput, Tag("item:custom_tool_call_output")]
-    | Annotated[StoredCompaction, Tag("item:compaction")],
+    | Annotated[StoredCompaction, Tag("item:compaction")]
+    | Annotated[StoredMcpListTools, Tag("item:mcp_list_tools")]
+    | Annotated[StoredMcpCall, Tag("item:mcp_call")],
     Discriminator(_stored_kind),
 ]
 

@@ -20,7 +20,6 @@ HOSTED_TOOL_TYPES = frozenset(
         "image_generation",
         "computer_use_preview",
         "computer",
-        "mcp",
         "local_shell",
         "shell",
         "apply_patch",
@@ -58,6 +57,14 @@ class CustomTool(BaseModel):
     name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str | None = None
     format: CustomToolFormat | None = None
+
+
+class McpChoice(BaseModel):
+    """tool_choice {type: "mcp", server_label, name?}: a call of that server's tool (any of them without name)."""
+
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
 
 
 class FunctionChoice(BaseModel):

@@ -19,6 +19,7 @@ from app.ids import new_id
 from app.jobs.execution import JobExecutor
 from app.limits.limiter import TenantRateLimits
 from app.main import GenerationFactory
+from app.mcp.calls import McpCaller
 from app.transport.base import GenerationQueue
 from app.transport.inprocess import InProcessQueue
 from app.transport.memory_bus import MemoryBus
@@ -49,6 +50,9 @@ class FakeRenderer:
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
         self.grammars_build = True
         self.grammars: list[str] = []
+
+    def tool_turn_markup(self) -> tuple[str, str]:
+        return " end user ", " end assistant "
 
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)
@@ -140,12 +144,15 @@ class FakeRunner:
         self.crash_after: int | None = None
         #: Put between the reply's pieces; "" replays them exactly (to split tags across pieces).
         self.separator = " "
+        #: Replies for the next runs, one each, first first (a tool loop's rounds); then `reply` again.
+        self.replies: list[list[str]] = []
         self.jobs: list[GenerationJob] = []
         self.runs: dict[str, FakeRun] = {}
 
     def start(self, job: GenerationJob) -> FakeRun:
         self.jobs.append(job)
-        run = FakeRun(job, self.reply, self.delay_s, self.fail_after, self.separator, self.crash_after)
+        reply = self.replies.pop(0) if self.replies else self.reply
+        run = FakeRun(job, reply, self.delay_s, self.fail_after, self.separator, self.crash_after)
         self.runs[job.response_id] = run
         return run
 
@@ -195,5 +202,13 @@ def in_process_queue(
     generation's output tokens to `limits`), `places` at once (0: all)."""
     bus = MemoryBus()
     charge = limits.charge_tokens if limits is not None else None
-    executor = JobExecutor(runner, database, bus, owner=new_id("node"), lease_s=settings.lease_s, charge_tokens=charge)
+    executor = JobExecutor(
+        runner,
+        database,
+        bus,
+        owner=new_id("node"),
+        lease_s=settings.lease_s,
+        charge_tokens=charge,
+        mcp=McpCaller.from_settings(settings, database),
+    )
     return InProcessQueue(executor, bus, places=places)

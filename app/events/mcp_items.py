@@ -1,0 +1,72 @@
+"""The stream events of MCP items (the SDK's `response.mcp_list_tools.*`, `response.mcp_call.*` and
+`response.mcp_call_arguments.*`), each item between its `output_item.added` and `output_item.done`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.schemas.events import (
+    McpCallArgumentsDeltaEvent,
+    McpCallArgumentsDoneEvent,
+    McpItemEvent,
+    OutputItemEvent,
+    ResponseEvent,
+)
+from app.schemas.items import StoredMcpCall, StoredMcpListTools
+
+Number = Callable[[], int]
+
+
+def _item(kind: str, item: StoredMcpCall | StoredMcpListTools, index: int, number: Number) -> OutputItemEvent:
+    return OutputItemEvent(type=f"response.output_item.{kind}", sequence_number=number(), output_index=index, item=item)
+
+
+def _progress(kind: str, item_id: str, index: int, number: Number) -> McpItemEvent:
+    return McpItemEvent(type=kind, sequence_number=number(), item_id=item_id, output_index=index)
+
+
+def list_tools_events(item: StoredMcpListTools, index: int, number: Number) -> list[ResponseEvent]:
+    """A listing, whole: added (no tools yet), in progress, completed or failed, done."""
+    end = "failed" if item.error is not None else "completed"
+    return [
+        _item("added", item.model_copy(update={"tools": [], "error": None}), index, number),
+        _progress("response.mcp_list_tools.in_progress", item.id, index, number),
+        _progress(f"response.mcp_list_tools.{end}", item.id, index, number),
+        _item("done", item, index, number),
+    ]
+
+
+def call_opening_events(call: StoredMcpCall, index: int, number: Number) -> list[ResponseEvent]:
+    """A call the model made, up to the moment it is sent to its server: added, its arguments, in progress."""
+    events: list[ResponseEvent] = [
+        _item("added", call.model_copy(update={"arguments": "", "status": "in_progress"}), index, number)
+    ]
+    if call.arguments:
+        events.append(
+            McpCallArgumentsDeltaEvent(
+                sequence_number=number(), item_id=call.id, output_index=index, delta=call.arguments
+            )
+        )
+    events.append(
+        McpCallArgumentsDoneEvent(
+            sequence_number=number(), item_id=call.id, output_index=index, arguments=call.arguments
+        )
+    )
+    events.append(_progress("response.mcp_call.in_progress", call.id, index, number))
+    return events
+
+
+def call_closing_events(call: StoredMcpCall, index: int, number: Number) -> list[ResponseEvent]:
+    """A call's end: completed (its output) or failed (its error), then done."""
+    end = "completed" if call.status == "completed" else "failed"
+    return [_progress(f"response.mcp_call.{end}", call.id, index, number), _item("done", call, index, number)]
+
+
+def failed_call(call: StoredMcpCall, message: str, *, execution: bool = False) -> StoredMcpCall:
+    """`call` failed: the tool's own error (`execution`), else the exchange with its server."""
+    error = (
+        {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
+        if execution
+        else {"type": "mcp_protocol_error", "code": -32000, "message": message}
+    )
+    return call.model_copy(update={"status": "failed", "error": error, "output": None})

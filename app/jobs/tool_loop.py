@@ -1,0 +1,123 @@
+"""The tool loop inside one response: the model calls an MCP server's tool, this process calls it, and the
+model goes on from the result, in the same response, until it answers without a call or the calls run out.
+
+Each round is one model run; its prompt is the last round's, then what the model wrote, then the tool results
+in the chat template's own turn markup (McpSetup.after_call / before_answer, rendered where the request
+arrived), so that the engine's prefix cache reuses everything before. A cancel stops the model or the call in
+flight (LoopRun.cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from app.events.mcp_items import failed_call
+from app.generation.job import GenerationJob
+from app.generation.runner import GenerationRun, ModelRunner
+from app.generation.tool_calls import render_call_output
+from app.generation.types import Finish, GenerationOutput
+from app.mcp.calls import McpCaller
+from app.mcp.client import McpFailed
+from app.mcp.servers import McpSetup
+from app.schemas.items import StoredMcpCall
+
+NOT_CALLED = "Not called: this response reached its max_tool_calls ({limit})."
+
+
+class LoopRun:
+    """The generation of a response that may call tools (a GenerationRun): the current round's model run, and
+    the tool call in flight between rounds. What a cancel, a lost lease or a shutdown stops."""
+
+    def __init__(self, run: GenerationRun) -> None:
+        self.run = run
+        self.cancelled = False
+        self.call: asyncio.Task[str] | None = None
+
+    def outputs(self) -> AsyncIterator[GenerationOutput]:
+        return self.run.outputs()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.run.cancel()
+        if self.call is not None:
+            self.call.cancel()
+
+
+class ToolLoop:
+    def __init__(self, job: GenerationJob, setup: McpSetup, caller: McpCaller | None) -> None:
+        self.job = job
+        self.setup = setup
+        self.caller = caller
+        self.calls_made = 0
+        #: A call was refused for the limit: the response ends after this round.
+        self.exhausted = False
+        #: Usage of the rounds before the current one (input tokens count every round's prompt).
+        self.input_tokens = 0
+        self.cached_tokens = 0
+        self.output_tokens = 0
+
+    @classmethod
+    def of(cls, job: GenerationJob, caller: McpCaller | None) -> ToolLoop | None:
+        return cls(job, McpSetup.from_payload(job.mcp), caller) if job.mcp else None
+
+    async def call(self, run: LoopRun, call: StoredMcpCall) -> StoredMcpCall:
+        """Call `call`'s tool (unless the response reached its limit): the call with its output or error."""
+        if self.calls_made >= self.setup.max_calls:
+            self.exhausted = True
+            return failed_call(call, NOT_CALLED.format(limit=self.setup.max_calls))
+        if self.caller is None:
+            return failed_call(call, "This process cannot call MCP servers.")
+        self.calls_made += 1
+        server = self.setup.server(call.server_label)
+        run.call = asyncio.create_task(self.caller.call(server, self.job.tenant, call.name, call.arguments))
+        try:
+            output = await run.call
+        except McpFailed as error:
+            return failed_call(call, str(error), execution=error.execution)
+        except asyncio.CancelledError:
+            if not run.cancelled:
+                raise  # the job itself is stopping
+            return failed_call(call, "Cancelled before the tool answered.")
+        finally:
+            run.call = None
+        return call.model_copy(update={"status": "completed", "output": output, "error": None})
+
+    async def next_round(
+        self, runner: ModelRunner, finish: Finish, text: str, calls: list[StoredMcpCall]
+    ) -> GenerationJob:
+        """The job of the next round: the prompt grown by this round's text and the results, the output budget
+        shrunk by what this round wrote, the forced call (if any) no longer forced."""
+        self.input_tokens += finish.prompt_tokens
+        self.cached_tokens += finish.cached_tokens
+        self.output_tokens += finish.output_tokens
+        results = "".join(render_call_output(_result_text(call)) for call in calls)
+        continuation = f"{text}{self.setup.after_call}{results}{self.setup.before_answer}"
+        tokens = await runner.tokenize(self.job.model, continuation)
+        cap = self.job.sampling.max_output_tokens
+        sampling = replace(
+            self.job.sampling,
+            max_output_tokens=None if cap is None else max(cap - finish.output_tokens, 1),
+            grammar=self.setup.answer_grammar,
+        )
+        self.job = replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *tokens], sampling=sampling)
+        return self.job
+
+    def total(self, finish: Finish) -> Finish:
+        """The last round's Finish with the usage of every round."""
+        if not self.input_tokens and not self.output_tokens:
+            return finish
+        return Finish(
+            finish.reason,
+            self.input_tokens + finish.prompt_tokens,
+            self.cached_tokens + finish.cached_tokens,
+            self.output_tokens + finish.output_tokens,
+        )
+
+
+def _result_text(call: StoredMcpCall) -> str:
+    if call.output is not None:
+        return call.output
+    error = call.error or {}
+    message = error.get("message") or "".join(part.get("text", "") for part in error.get("content", []))
+    return f"Error: {message}"

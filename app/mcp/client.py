@@ -1,0 +1,158 @@
+"""Talking to one MCP server (the official `mcp` SDK's streamable HTTP client): list its tools, call one.
+
+Every connection goes to the address app/outbound checked: the host is resolved once (`resolve`) and a transport
+pinned to that address carries every request (the Host header and TLS SNI keep the name), so no DNS rebinding can
+swap it between the check and the connection. No redirect leaves the server's origin (the SDK's own rule), no
+proxy comes from the environment, every exchange is bounded in time and a call's output in size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from app.outbound.addresses import AllowedHosts, IpAddress, OutboundRefused, check_url, resolve
+
+
+class McpFailed(Exception):
+    """The server could not be reached, refused, answered garbage or took too long; the message says which (and
+    names no header). `execution`: the tool ran and said it failed (rather than the exchange failing)."""
+
+    def __init__(self, message: str, *, execution: bool = False) -> None:
+        super().__init__(message)
+        self.execution = execution
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTool:
+    name: str
+    description: str | None
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] | None = None
+
+
+class _PinnedTransport(httpx2.AsyncBaseTransport):
+    """Sends every request to `address` (checked), whatever its URL's host says: the name stays in Host and SNI."""
+
+    def __init__(self, address: IpAddress, host: str) -> None:
+        self._inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
+        self._address = address
+        self._host = host
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.host != self._host:
+            raise httpx2.ConnectError(f"refused a request to another host ({request.url.host})", request=request)
+        literal = f"[{self._address}]" if isinstance(self._address, ipaddress.IPv6Address) else str(self._address)
+        request.url = request.url.copy_with(host=literal)
+        if request.url.scheme == "https":
+            request.extensions["sni_hostname"] = self._host
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def _session(
+    url: str, headers: dict[str, str], allowed: AllowedHosts, timeout_s: float
+) -> AsyncIterator[ClientSession]:
+    try:
+        target = check_url(url, allowed)
+        address = await resolve(target, allowed)
+    except OutboundRefused as error:
+        raise McpFailed(str(error)) from None
+    timeout = httpx2.Timeout(timeout_s)
+    transport = _PinnedTransport(address, target.host)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport, trust_env=False) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, McpFailed):
+        return str(error)
+    if isinstance(error, TimeoutError):
+        return "The MCP server did not answer in time."
+    if isinstance(error, BaseExceptionGroup):
+        return _describe(error.exceptions[0])
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+async def list_tools(url: str, headers: dict[str, str], *, allowed: AllowedHosts, timeout_s: float) -> list[ListedTool]:
+    """The server's tools (every page). McpFailed when it cannot be listed."""
+    try:
+        async with asyncio.timeout(timeout_s), _session(url, headers, allowed, timeout_s) as session:
+            tools: list[ListedTool] = []
+            cursor: str | None = None
+            while True:
+                page = await session.list_tools(params={"cursor": cursor} if cursor else None)  # type: ignore[arg-type]
+                for tool in page.tools:
+                    annotations = (
+                        tool.annotations.model_dump(mode="json", exclude_none=True) if tool.annotations else None
+                    )
+                    tools.append(ListedTool(tool.name, tool.description, dict(tool.input_schema), annotations))
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+    except asyncio.CancelledError:
+        raise
+    except BaseException as error:  # the SDK raises groups from its task group
+        if not isinstance(error, Exception | BaseExceptionGroup):
+            raise
+        raise McpFailed(f"Error retrieving tool list from MCP server: {_describe(error)}") from None
+
+
+def _output_text(result: Any) -> str:
+    """A call's content as text: text blocks joined; other blocks (and structured content alone) as JSON."""
+    parts: list[str] = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        parts.append(text if isinstance(text, str) else json.dumps(block.model_dump(mode="json"), ensure_ascii=False))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+async def call_tool(
+    url: str,
+    headers: dict[str, str],
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    allowed: AllowedHosts,
+    timeout_s: float,
+    max_output_bytes: int,
+) -> str:
+    """The tool's output as text. McpFailed when the call fails (the tool's own error included), takes longer
+    than `timeout_s` or says more than `max_output_bytes`."""
+    try:
+        async with asyncio.timeout(timeout_s), _session(url, headers, allowed, timeout_s) as session:
+            result = await session.call_tool(name, arguments)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as error:
+        if not isinstance(error, Exception | BaseExceptionGroup):
+            raise
+        if isinstance(error, TimeoutError):
+            raise McpFailed(f"The MCP tool '{name}' did not answer within {timeout_s:g} s.") from None
+        raise McpFailed(f"The MCP tool '{name}' failed: {_describe(error)}") from None
+    output = _output_text(result)
+    if len(output.encode()) > max_output_bytes:
+        raise McpFailed(f"The MCP tool '{name}' returned more than {max_output_bytes} bytes.")
+    if result.is_error:
+        raise McpFailed(output or f"The MCP tool '{name}' failed.", execution=True)
+    return output

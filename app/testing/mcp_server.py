@@ -1,0 +1,94 @@
+"""A real MCP server (the `mcp` SDK's MCPServer, streamable HTTP) on a loopback port, for tests: a few tools, and
+what the server saw (the headers of each request, the calls made)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+@dataclass
+class ToolServer:
+    url: str
+    #: The headers of every HTTP request the server got, in order (lower-case names).
+    headers: list[dict[str, str]] = field(default_factory=list)
+    #: Each tool call made: (name, arguments).
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: How long the `slow` tool sleeps.
+    slow_s: float = 30.0
+
+
+def _tools(state: ToolServer) -> MCPServer:
+    server = MCPServer("test-tools")
+
+    @server.tool(description="Add two integers.")
+    def add(a: int, b: int) -> str:
+        state.calls.append(("add", {"a": a, "b": b}))
+        return str(a + b)
+
+    @server.tool(description="Say something back.")
+    def echo(text: str) -> str:
+        state.calls.append(("echo", {"text": text}))
+        return text
+
+    @server.tool(description="Takes its time.")
+    async def slow() -> str:
+        state.calls.append(("slow", {}))
+        await asyncio.sleep(state.slow_s)
+        return "finally"
+
+    @server.tool(description="Always fails.")
+    def broken() -> str:
+        state.calls.append(("broken", {}))
+        raise ValueError("the tool broke")
+
+    return server
+
+
+class _Recording:
+    def __init__(self, app: ASGIApp, state: ToolServer) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.state.headers.append({key.decode().lower(): value.decode() for key, value in scope["headers"]})
+        await self.app(scope, receive, send)
+
+
+@asynccontextmanager
+async def tool_server() -> AsyncIterator[ToolServer]:
+    """Serves the tools on 127.0.0.1 (a free port) while the block runs; `.url` is its endpoint."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    state = ToolServer(f"http://127.0.0.1:{port}/mcp")
+    app = _Recording(_tools(state).streamable_http_app(), state)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield state
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def closed_port_url() -> str:
+    """An endpoint on 127.0.0.1 where nothing listens (a server that is down)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/mcp"
