@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from app.api.deps import IdentityDep, RuntimeDep
@@ -24,33 +24,29 @@ ProjectParam = Annotated[
 ]
 
 
-@router.get("/usage")
-async def get_usage(
-    runtime: RuntimeDep,
-    identity: IdentityDep,
+async def get_usage_query(
     start: StartParam = None,
     end: EndParam = None,
     model: ModelParam = None,
     group_by: GroupParam = None,
     project: ProjectParam = None,
-) -> UsageReport:
+) -> service.UsageQuery:
+    """The query of both routes, as sent (checked by the service)."""
+    return service.UsageQuery(start=start, end=end, model=model, group_by=group_by, project=project)
+
+
+UsageQueryDep = Annotated[service.UsageQuery, Depends(get_usage_query)]
+
+
+@router.get("/usage")
+async def get_usage(runtime: RuntimeDep, identity: IdentityDep, query: UsageQueryDep) -> UsageReport:
     """Requests, input (cached) and output tokens and generation seconds, summed per group, for at most 366 days."""
-    query = service.UsageQuery(start=start, end=end, model=model, group_by=group_by, project=project)
     return await service.read_usage(runtime.database, identity, query)
 
 
 @router.get("/usage.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})
-async def get_usage_csv(
-    runtime: RuntimeDep,
-    identity: IdentityDep,
-    start: StartParam = None,
-    end: EndParam = None,
-    model: ModelParam = None,
-    group_by: GroupParam = None,
-    project: ProjectParam = None,
-) -> Response:
+async def get_usage_csv(runtime: RuntimeDep, identity: IdentityDep, query: UsageQueryDep) -> Response:
     """The same report as CSV: a header, then a line a group."""
-    query = service.UsageQuery(start=start, end=end, model=model, group_by=group_by, project=project)
     report = await service.read_usage(runtime.database, identity, query)
     disposition = f'attachment; filename="{service.csv_filename(report)}"'
     return Response(
