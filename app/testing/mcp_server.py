@@ -72,7 +72,10 @@ async def tool_server() -> AsyncIterator[ToolServer]:
     port = sock.getsockname()[1]
     state = ToolServer(f"http://127.0.0.1:{port}/mcp")
     app = _Recording(_tools(state).streamable_http_app(), state)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    # No log_config and no log_level: uvicorn would reconfigure the process's uvicorn.* loggers (levels, handlers,
+    # propagation), and every later test that reads access lines would find none.
+    config = uvicorn.Config(app, log_config=None, log_level=None, lifespan="on", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
