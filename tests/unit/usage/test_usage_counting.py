@@ -20,8 +20,6 @@ from app.testing.fakes import FakeRunner
 from app.usage import repository as usage
 from tests.unit.responses.test_background import poll_until_done
 
-TODAY = datetime.now(UTC).date().isoformat()
-
 
 async def stored_usage(client: httpx.AsyncClient, response_id: str) -> dict:
     body = (await client.get(f"/v1/responses/{response_id}")).json()
@@ -79,9 +77,16 @@ async def test_every_kind_of_end_counts_one_request_and_its_tokens(
     assert row["generation_seconds"] > 0  # the cancelled one generated for a while
     assert report["totals"] == {key: row[key] for key in report["totals"]}
 
+    # A day is the UTC day a response was created; the default range ends today (read around the request, which
+    # may straddle midnight, as a CI run did).
+    created = [(await client.get(f"/v1/responses/{response_id}")).json()["created_at"] for response_id in ids]
+    created.append(unstored["created_at"])
+    days = sorted({datetime.fromtimestamp(stamp, UTC).date().isoformat() for stamp in created})
+    before = datetime.now(UTC).date()
     by_day = (await client.get("/v1/usage")).json()
-    assert by_day["group_by"] == ["day"] and [entry["date"] for entry in by_day["data"]] == [TODAY]
-    assert by_day["end"] == TODAY and by_day["start"] == (date.fromisoformat(TODAY) - timedelta(days=29)).isoformat()
+    assert by_day["end"] in (before.isoformat(), datetime.now(UTC).date().isoformat())
+    assert by_day["start"] == (date.fromisoformat(by_day["end"]) - timedelta(days=29)).isoformat()
+    assert by_day["group_by"] == ["day"] and [entry["date"] for entry in by_day["data"]] == days
     other = (await client.get("/v1/usage", params={"model": "another-model"})).json()
     assert other["data"] == [] and other["totals"]["num_model_requests"] == 0
 
