@@ -43,7 +43,7 @@ docs: install
 docs-build: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $${TMPDIR:-/tmp}/llama-responses-site
 
-# Lint, types, the docs build and the unit tests: a few minutes, no Postgres, Redis or model needed.
+# Lint, types, the docs build and the unit tests: about 10 minutes, no Postgres or model needed (Redis for a few).
 test-fast: lint docs-build
 	$(BIN)/pytest tests/unit
 
