@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import FileChunkRow, FileRow
+from app.db.paging import page_by_creation
 
 
 async def insert_file(session: AsyncSession, row: FileRow) -> None:
@@ -54,26 +55,7 @@ async def page_files(
     query = select(FileRow).where(FileRow.tenant == tenant)
     if purpose is not None:
         query = query.where(FileRow.purpose == purpose)
-    if order == "desc":
-        if after is not None:
-            query = query.where(
-                or_(
-                    FileRow.created_at < after.created_at,
-                    and_(FileRow.created_at == after.created_at, FileRow.id < after.id),
-                )
-            )
-        query = query.order_by(FileRow.created_at.desc(), FileRow.id.desc())
-    else:
-        if after is not None:
-            query = query.where(
-                or_(
-                    FileRow.created_at > after.created_at,
-                    and_(FileRow.created_at == after.created_at, FileRow.id > after.id),
-                )
-            )
-        query = query.order_by(FileRow.created_at.asc(), FileRow.id.asc())
-    rows = list((await session.execute(query.limit(limit + 1))).scalars())
-    return rows[:limit], len(rows) > limit
+    return await page_by_creation(session, FileRow, query, limit=limit, order=order, after=after)
 
 
 async def purge_files(session: AsyncSession, *, purpose: str, created_before: datetime, limit: int) -> int:

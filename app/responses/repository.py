@@ -10,20 +10,19 @@ from typing import Any, Literal
 from sqlalchemy import (
     ColumnElement,
     Select,
-    and_,
     bindparam,
     delete,
     exists,
     func,
     literal,
     literal_column,
-    or_,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
+from app.db.paging import page_by_creation
 from app.responses.schemas import ResponseFilters
 
 MAX_CHAIN_DEPTH = 10_000
@@ -203,24 +202,4 @@ async def page_responses(
         query = query.where(ResponseRow.created_at >= _moment(filters.created_after))
     if filters.created_before is not None:
         query = query.where(ResponseRow.created_at < _moment(filters.created_before))
-    # Ties on created_at are broken by id, so that a cursor never skips nor repeats a response.
-    if order == "desc":
-        if after is not None:
-            query = query.where(
-                or_(
-                    ResponseRow.created_at < after.created_at,
-                    and_(ResponseRow.created_at == after.created_at, ResponseRow.id < after.id),
-                )
-            )
-        query = query.order_by(ResponseRow.created_at.desc(), ResponseRow.id.desc())
-    else:
-        if after is not None:
-            query = query.where(
-                or_(
-                    ResponseRow.created_at > after.created_at,
-                    and_(ResponseRow.created_at == after.created_at, ResponseRow.id > after.id),
-                )
-            )
-        query = query.order_by(ResponseRow.created_at.asc(), ResponseRow.id.asc())
-    rows = list((await session.execute(query.limit(limit + 1))).scalars())
-    return rows[:limit], len(rows) > limit
+    return await page_by_creation(session, ResponseRow, query, limit=limit, order=order, after=after)

@@ -5,49 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import WebhookDeliveryRow, WebhookEndpointRow
-
-Row = TypeVar("Row", WebhookEndpointRow, WebhookDeliveryRow)
+from app.db.paging import page_by_creation
 
 
 def _updated(result: object) -> int:
     return int(getattr(result, "rowcount", 0))
-
-
-async def _page(
-    session: AsyncSession,
-    model: type[Row],
-    query: Select[Row],
-    *,
-    limit: int,
-    order: Literal["asc", "desc"],
-    after: Row | None,
-) -> tuple[list[Row], bool]:
-    """One page of `query` in `order` of creation (ties broken by id, so a cursor never skips nor repeats)."""
-    if after is not None:
-        if order == "desc":
-            query = query.where(
-                or_(
-                    model.created_at < after.created_at, and_(model.created_at == after.created_at, model.id < after.id)
-                )
-            )
-        else:
-            query = query.where(
-                or_(
-                    model.created_at > after.created_at, and_(model.created_at == after.created_at, model.id > after.id)
-                )
-            )
-    if order == "desc":
-        query = query.order_by(model.created_at.desc(), model.id.desc())
-    else:
-        query = query.order_by(model.created_at.asc(), model.id.asc())
-    rows = list((await session.execute(query.limit(limit + 1))).scalars())
-    return rows[:limit], len(rows) > limit
 
 
 # Endpoints
@@ -67,7 +35,7 @@ async def page_endpoints(
     session: AsyncSession, tenant: str, *, limit: int, order: Literal["asc", "desc"], after: WebhookEndpointRow | None
 ) -> tuple[list[WebhookEndpointRow], bool]:
     query = select(WebhookEndpointRow).where(WebhookEndpointRow.tenant == tenant)
-    return await _page(session, WebhookEndpointRow, query, limit=limit, order=order, after=after)
+    return await page_by_creation(session, WebhookEndpointRow, query, limit=limit, order=order, after=after)
 
 
 async def update_endpoint(session: AsyncSession, endpoint_id: str, tenant: str, values: dict[str, Any]) -> bool:
@@ -212,7 +180,7 @@ async def page_deliveries(
     after: WebhookDeliveryRow | None,
 ) -> tuple[list[WebhookDeliveryRow], bool]:
     query = select(WebhookDeliveryRow).where(WebhookDeliveryRow.endpoint_id == endpoint_id)
-    return await _page(session, WebhookDeliveryRow, query, limit=limit, order=order, after=after)
+    return await page_by_creation(session, WebhookDeliveryRow, query, limit=limit, order=order, after=after)
 
 
 async def delete_finished(session: AsyncSession, *, created_before: datetime, limit: int) -> int:

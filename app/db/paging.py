@@ -1,0 +1,47 @@
+"""Keyset paging in order of creation, the one way every list of rows is paged: after a cursor row, ties on
+`created_at` broken by `id`, so that a cursor never skips nor repeats a row however many share a moment."""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from sqlalchemy import Select, and_, or_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import FileRow, ResponseRow, WebhookDeliveryRow, WebhookEndpointRow
+
+#: The tables listed by creation (each has a creation moment and a unique id); one more is added here.
+Row = TypeVar("Row", ResponseRow, FileRow, WebhookEndpointRow, WebhookDeliveryRow)
+
+
+async def page_by_creation(
+    session: AsyncSession,
+    model: type[Row],
+    query: Select[Row],
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after: Row | None,
+) -> tuple[list[Row], bool]:
+    """One page of `query` (rows of `model`) in `order` of creation after the `after` row, and whether more
+    follow."""
+    if order == "desc":
+        if after is not None:
+            query = query.where(
+                or_(
+                    model.created_at < after.created_at,
+                    and_(model.created_at == after.created_at, model.id < after.id),
+                )
+            )
+        query = query.order_by(model.created_at.desc(), model.id.desc())
+    else:
+        if after is not None:
+            query = query.where(
+                or_(
+                    model.created_at > after.created_at,
+                    and_(model.created_at == after.created_at, model.id > after.id),
+                )
+            )
+        query = query.order_by(model.created_at.asc(), model.id.asc())
+    rows = list((await session.execute(query.limit(limit + 1))).scalars())
+    return rows[:limit], len(rows) > limit
