@@ -11,6 +11,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import BatchLineRow, BatchRow, ResponseRow
+from app.db.paging import page_by_creation
 from app.events.terminal import TERMINAL_STATUSES
 
 #: The statuses of a batch that the periodic advance still moves.
@@ -46,16 +47,7 @@ async def page_batches(
 ) -> tuple[list[BatchRow], bool]:
     """One page of the tenant's batches, newest first, after the `after` row (ties broken by id)."""
     query = select(BatchRow).where(BatchRow.tenant == tenant)
-    if after is not None:
-        query = query.where(
-            or_(
-                BatchRow.created_at < after.created_at,
-                and_(BatchRow.created_at == after.created_at, BatchRow.id < after.id),
-            )
-        )
-    query = query.order_by(BatchRow.created_at.desc(), BatchRow.id.desc()).limit(limit + 1)
-    rows = list((await session.execute(query)).scalars())
-    return rows[:limit], len(rows) > limit
+    return await page_by_creation(session, BatchRow, query, limit=limit, order="desc", after=after)
 
 
 async def batches_in(session: AsyncSession, statuses: Collection[str], limit: int) -> list[BatchRow]:

@@ -8,10 +8,10 @@ from typing import Literal, TypeVar
 from sqlalchemy import Select, and_, or_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import FileRow, ResponseRow, WebhookDeliveryRow, WebhookEndpointRow
+from app.db.models import BatchRow, FileRow, ResponseRow, WebhookDeliveryRow, WebhookEndpointRow
 
 #: The tables listed by creation (each has a creation moment and a unique id); one more is added here.
-Row = TypeVar("Row", ResponseRow, FileRow, WebhookEndpointRow, WebhookDeliveryRow)
+Row = TypeVar("Row", ResponseRow, FileRow, BatchRow, WebhookEndpointRow, WebhookDeliveryRow)
 
 
 async def page_by_creation(
