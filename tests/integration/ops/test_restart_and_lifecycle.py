@@ -31,7 +31,16 @@ def test_sigkill_then_restart_keeps_responses_and_chains(database_url: str, log_
             "name": "lookup",
             "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
         }
-        tool_turn = client.responses.create(model=model, input="Look up 'x'.", tools=[tool], tool_choice="required")
+        # Greedy and capped: at the default temperature the small model can write an argument string until
+        # the context is full, which on a loaded machine ran past the client's timeout.
+        tool_turn = client.responses.create(
+            model=model,
+            input="Look up 'x'.",
+            tools=[tool],
+            tool_choice="required",
+            temperature=0,
+            max_output_tokens=200,
+        )
         call = next(item for item in tool_turn.output if item.type == "function_call")
         with httpx.Client(timeout=60) as http:
             killed_mid_generation = _start_a_long_stream(server, model, http)
