@@ -48,8 +48,9 @@ test-fast: lint docs-build
 	$(BIN)/pytest tests/unit
 
 # Everything: the unit tests, then integration (real model, SQLite and Postgres, Redis), faults, fuzz, browser.
+# --durations: the slowest tests, listed at the end of a CI log (where the run's time goes).
 test: lint docs-build
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 
 clean:
 	rm -rf $(VENV) llama-responses.db*
