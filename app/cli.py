@@ -1,5 +1,5 @@
 """`llama-responses serve | worker | migrate | check`, and the operator's `responses list|show|delete`, `prune` and
-`keys create|list|revoke`."""
+`keys create|list|revoke` and `projects list|limits`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.generation.registry import ModelConfigError
 from app.generation.registry_loading import load_registry
 from app.generation.types import ModelLoadError
 from app.keys import cli as keys_cli
+from app.keys import projects_cli
 from app.ops.operator_cli import add_commands
 
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check)
     add_commands(commands)
     keys_cli.add_commands(commands)
+    projects_cli.add_commands(commands)
     return parser
 
 

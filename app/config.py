@@ -271,7 +271,8 @@ class Settings(BaseSettings):
         64,
         ge=0,
         description="Requests one tenant may have in flight on one API process (a WebSocket connection counts while "
-        "a response runs on it); more are refused with a 429 and Retry-After. 0: no limit.",
+        "a response runs on it); more are refused with a 429 and Retry-After. 0: no limit. A project may set its own "
+        "(`llama-responses projects limits`).",
     )
     max_websockets_per_tenant: int = Field(
         64,
@@ -286,20 +287,21 @@ class Settings(BaseSettings):
         description="Requests that do work (creates, compactions, input token counts, conversation writes; WebSocket "
         "`response.create` messages) one tenant may send a minute, across every API node (a token bucket: a "
         "minute's worth at once, refilled evenly); more are refused with a 429 `requests` and Retry-After. 0: no "
-        "limit.",
+        "limit. A project may set its own (`llama-responses projects limits`).",
     )
     rate_limit_tokens_per_min: int = Field(
         0,
         ge=0,
         description="Input plus output tokens one tenant may use a minute, across every API node: a generation's "
         "prompt is charged when it is queued (a 429 `tokens` and Retry-After when the bucket does not hold it), "
-        "its output when it ends. 0: no limit.",
+        "its output when it ends. 0: no limit. A project may set its own (`llama-responses projects limits`).",
     )
     max_queued_background_per_tenant: int = Field(
         1000,
         ge=0,
         description="Background responses one tenant may have queued (stored, not yet started) across all nodes; "
-        "a background create beyond it is refused with a 429 and Retry-After. 0: no cap.",
+        "a background create beyond it is refused with a 429 and Retry-After. 0: no cap. A project may set its own "
+        "(`llama-responses projects limits`).",
     )
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -31,9 +31,12 @@ from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
 from app.keys import endpoints as keys
 from app.keys.cache import KeyCache
+from app.keys.limits_cache import ProjectLimitsCache
+from app.keys.project_limits import server_limits
 from app.limits.headers import RateLimitHeaders
 from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
+from app.limits.policy import FixedLimits, LimitsPolicy
 from app.limits.redis_store import RedisBucketStore
 from app.mcp.calls import McpCaller
 from app.observability import tracing
@@ -63,17 +66,12 @@ GenerationFactory = Callable[
 ]
 
 
-def build_rate_limits(settings: Settings) -> TenantRateLimits:
-    """Embedded: buckets in this process. Distributed: in Redis, shared by every API node and worker (no
-    connection at all while both limits are off)."""
-    enabled = settings.rate_limit_requests_per_min or settings.rate_limit_tokens_per_min
-    shared = settings.redis_url if enabled else None
-    store: BucketStore = RedisBucketStore.connect(shared) if shared else MemoryBucketStore()
-    return TenantRateLimits(
-        store,
-        requests_per_min=settings.rate_limit_requests_per_min,
-        tokens_per_min=settings.rate_limit_tokens_per_min,
-    )
+def build_rate_limits(settings: Settings, policy: LimitsPolicy | None = None) -> TenantRateLimits:
+    """Embedded: buckets in this process. Distributed: in Redis, shared by every API node and worker (connected on
+    the first bucket a limit reads: none while every tenant's limits are off). `policy`: each tenant's limits
+    (default: the server's settings for all)."""
+    store: BucketStore = RedisBucketStore.connect(settings.redis_url) if settings.redis_url else MemoryBucketStore()
+    return TenantRateLimits(store, policy=policy or FixedLimits(server_limits(settings)))
 
 
 async def build_generation(
@@ -132,7 +130,9 @@ def create_app(
         if traced:
             tracing.instrument_database(database.engine)
         registry = load_registry(settings)
-        limits = build_rate_limits(settings)
+        # Every limit check asks it: a project's own limits, else the server's settings.
+        policy = ProjectLimitsCache(database, settings)
+        limits = build_rate_limits(settings, policy)
         renderers, queue = await build(settings, registry, database, limits)
         sealer = await load_sealer(settings, database)
         app.state.runtime = Runtime(
@@ -146,6 +146,7 @@ def create_app(
             sockets=TenantSlots(settings.max_websockets_per_tenant, what="WebSocket connections open"),
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
+            policy=policy,
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))

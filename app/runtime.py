@@ -11,6 +11,7 @@ from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
 from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
+from app.limits.policy import FixedLimits, LimitsPolicy
 from app.secrets.sealer import ContentSealer
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
@@ -40,5 +41,7 @@ class Runtime:
     sockets: TenantSlots = field(default_factory=lambda: TenantSlots(0, what="WebSocket connections open"))
     #: Requests and tokens per minute of each tenant (off unless set; shared through Redis in distributed mode).
     limits: TenantRateLimits = field(default_factory=lambda: TenantRateLimits(MemoryBucketStore()))
+    #: The limits of each tenant: its project's own, else the server's settings (`limits` asks the same policy).
+    policy: LimitsPolicy = field(default_factory=FixedLimits)
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))

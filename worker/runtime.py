@@ -18,6 +18,7 @@ from app.generation.registry_loading import load_registry
 from app.ids import new_id
 from app.jobs.execution import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.keys.limits_cache import ProjectLimitsCache
 from app.limits.limiter import TenantRateLimits
 from app.limits.redis_store import RedisBucketStore
 from app.mcp.calls import McpCaller
@@ -68,12 +69,9 @@ class WorkerRuntime:
         if tracing.configure_tracing("llama-responses-worker"):
             tracing.instrument_database(database.engine)
         worker_id = new_id("worker")
-        # The output tokens of each generation are charged to its tenant's limit in Redis, which the API nodes share.
-        limits = TenantRateLimits(
-            RedisBucketStore(redis),
-            requests_per_min=settings.rate_limit_requests_per_min,
-            tokens_per_min=settings.rate_limit_tokens_per_min,
-        )
+        # The output tokens of each generation are charged to its tenant's limit (its project's own, else the
+        # server's) in Redis, which the API nodes share.
+        limits = TenantRateLimits(RedisBucketStore(redis), policy=ProjectLimitsCache(database, settings))
         executor = JobExecutor(
             pool,
             database,

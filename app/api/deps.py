@@ -43,7 +43,8 @@ async def get_identity(request: Request, runtime: RuntimeDep) -> AsyncIterator[I
         identity.require_write()
     logs.bind(tenant=identity.tenant)
     runtime.limits.watch(identity.tenant)  # the response's x-ratelimit-* headers are this tenant's
-    with runtime.slots.hold(identity.tenant):
+    limits = await runtime.policy.limits_of(identity.tenant)
+    with runtime.slots.hold(identity.tenant, limits.max_concurrent_requests):
         yield identity
 
 

@@ -1,5 +1,6 @@
 """/v1/keys (an extension, for admin keys): list, create and revoke the API keys kept in the database, as the
-`llama-responses keys` commands do."""
+`llama-responses keys` commands do; /v1/projects/{id}/limits: a project's own limits, as `projects limits` sets
+them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from app.api.deps import IdentityDep, RuntimeDep
 from app.api.openapi import errors, json_body
-from app.keys import service
-from app.keys.schemas import MAX_NAME_CHARS, ApiKey, ApiKeyCreateRequest, ApiKeyList, CreatedApiKey
+from app.keys import project_limits, service
+from app.keys.schemas import (
+    MAX_NAME_CHARS,
+    ApiKey,
+    ApiKeyCreateRequest,
+    ApiKeyList,
+    CreatedApiKey,
+    ProjectLimits,
+    ProjectLimitsUpdate,
+)
 from app.schemas.parsing import parse_body
 from app.tenants.identity import Identity
 
@@ -43,3 +52,17 @@ async def revoke_key(key_id: str, runtime: RuntimeDep) -> ApiKey:
     """Revoke the key (it stays listed, with `revoked_at`): every API node refuses it within
     RESPONSES_KEY_CACHE_TTL_S."""
     return await service.revoke_key(runtime.database, key_id)
+
+
+@router.get("/projects/{project_id}/limits", responses=errors(404))
+async def read_project_limits(project_id: str, runtime: RuntimeDep) -> ProjectLimits:
+    """The project's own limits (`overrides`, null: the server's setting) and those that apply (`effective`)."""
+    return await project_limits.read_limits(runtime.database, runtime.settings, project_id)
+
+
+@router.post("/projects/{project_id}/limits", responses=errors(400, 404), openapi_extra=json_body(ProjectLimitsUpdate))
+async def set_project_limits(project_id: str, request: Request, runtime: RuntimeDep) -> ProjectLimits:
+    """Set the limits given (null: back to the server's setting; 0: off); the others stay. Every API node and
+    worker applies them within RESPONSES_KEY_CACHE_TTL_S."""
+    body = parse_body(await request.body(), ProjectLimitsUpdate, runtime.settings)
+    return await project_limits.set_limits(runtime.database, runtime.settings, project_id, body)

@@ -1,4 +1,5 @@
-"""Queries on projects and API keys: by name, by id, by the key's hash; insert, list, revoke, note a use."""
+"""Queries on projects and API keys: by name, by id, by the key's hash; insert, list, revoke, note a use; a project's
+limits."""
 
 from __future__ import annotations
 
@@ -79,3 +80,24 @@ async def note_use(session: AsyncSession, key_id: str, now: datetime) -> None:
 async def any_key(session: AsyncSession) -> bool:
     """Whether any key exists, revoked or not (one index probe)."""
     return bool((await session.execute(select(exists().select_from(ApiKeyRow)))).scalar())
+
+
+async def project_by_id(session: AsyncSession, project_id: str) -> ProjectRow | None:
+    return await session.get(ProjectRow, project_id)
+
+
+async def projects(session: AsyncSession) -> Sequence[ProjectRow]:
+    """Every project, oldest first."""
+    query = select(ProjectRow).order_by(ProjectRow.created_at, ProjectRow.id)
+    return (await session.execute(query)).scalars().all()
+
+
+async def set_project_limits(session: AsyncSession, project_id: str, limits: dict[str, int | None]) -> None:
+    """Set some of a project's limits (None: back to the server's setting)."""
+    query = (
+        update(ProjectRow)
+        .where(ProjectRow.id == project_id)
+        .values(**limits)
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(query)

@@ -1,6 +1,7 @@
 """The per-tenant limits (requests and tokens per minute), their 429s, and the one interface both stores implement:
 in this process (embedded mode, `memory_store.py`) or in Redis, shared by every API node and worker (distributed
-mode, `redis_store.py`). Every limit is keyed by the tenant string and nothing else."""
+mode, `redis_store.py`). Every limit is keyed by the tenant string and nothing else; what each tenant's limits are,
+its `LimitsPolicy` says (policy.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Protocol
 from app.errors import RateLimited, ServiceUnavailable, TokensRateLimited, is_outage
 from app.limits.buckets import BucketStep, Limit, Step, Verdict, Window, openai_duration
 from app.limits.headers import current_request
+from app.limits.policy import FixedLimits, LimitsPolicy, TenantLimits
 
 logger = logging.getLogger(__name__)
 
@@ -30,22 +32,27 @@ class BucketStore(Protocol):
 
 
 class TenantRateLimits:
-    """Requests and tokens per minute for each tenant (0: that limit is off). Checks record their verdict for the
-    request's headers (headers.py)."""
+    """Requests and tokens per minute for each tenant, as its `policy` answers them (0: that limit is off). Checks
+    record their verdict for the request's headers (headers.py)."""
 
-    def __init__(self, store: BucketStore, *, requests_per_min: int = 0, tokens_per_min: int = 0) -> None:
+    def __init__(
+        self,
+        store: BucketStore,
+        *,
+        requests_per_min: int = 0,
+        tokens_per_min: int = 0,
+        policy: LimitsPolicy | None = None,
+    ) -> None:
+        """Without a `policy`, every tenant has `requests_per_min` and `tokens_per_min`."""
         self.store = store
-        self.requests_per_min = requests_per_min
-        self.tokens_per_min = tokens_per_min
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.requests_per_min or self.tokens_per_min)
+        self.policy: LimitsPolicy = policy or FixedLimits(
+            TenantLimits(requests_per_min=requests_per_min, tokens_per_min=tokens_per_min)
+        )
 
     def watch(self, tenant: str) -> None:
         """This request is `tenant`'s: its headers show that tenant's limits, even if nothing charges it."""
         state = current_request()
-        if state is not None and self.enabled:
+        if state is not None:
             state.peek = partial(self.peek, tenant)
 
     async def peek(self, tenant: str) -> Verdict:
@@ -58,19 +65,20 @@ class TenantRateLimits:
     async def admit_tokens(self, tenant: str, tokens: int) -> Verdict:
         """Charge the prompt tokens of a generation about to be queued: a 429 (type `tokens`) when the tenant's
         bucket does not hold them, one that says not to retry when no minute ever could."""
-        if self.tokens_per_min and tokens > self.tokens_per_min:
+        limits = await self.policy.limits_of(tenant)
+        if limits.tokens_per_min and tokens > limits.tokens_per_min:
             raise TokensRateLimited(
-                f"Request too large on {PER_MINUTE[Limit.TOKENS]}: Limit {self.tokens_per_min}, Requested "
+                f"Request too large on {PER_MINUTE[Limit.TOKENS]}: Limit {limits.tokens_per_min}, Requested "
                 f"{tokens}. The input or output tokens must be reduced in order to run successfully.",
                 code="rate_limit_exceeded",
                 headers={"x-should-retry": "false"},
             )
-        return self._admitted(await self._check(tenant, Step.PEEK, Step.TAKE, tokens=tokens))
+        return self._admitted(await self._check(tenant, Step.PEEK, Step.TAKE, tokens=tokens, limits=limits))
 
     async def charge_tokens(self, tenant: str, tokens: int) -> None:
         """Charge tokens that were used (a generation's output, known when it ends), however many are left: a
         tenant in debt waits it out. Never refuses."""
-        if self.tokens_per_min and tokens:
+        if tokens:
             await self._check(tenant, None, Step.CHARGE, tokens=tokens, record=False)
 
     async def _check(
@@ -82,12 +90,15 @@ class TenantRateLimits:
         requests: int = 0,
         tokens: int = 0,
         record: bool = True,
+        limits: TenantLimits | None = None,
     ) -> Verdict:
+        # The capacities travel with each step: a bucket is the tenant's, whatever its limit is today.
+        limits = limits or await self.policy.limits_of(tenant)
         steps: list[BucketStep] = []
-        if self.requests_per_min and requests_step is not None:
-            steps.append(BucketStep(Limit.REQUESTS, self.requests_per_min, requests_step, requests))
-        if self.tokens_per_min:
-            steps.append(BucketStep(Limit.TOKENS, self.tokens_per_min, tokens_step, tokens))
+        if limits.requests_per_min and requests_step is not None:
+            steps.append(BucketStep(Limit.REQUESTS, limits.requests_per_min, requests_step, requests))
+        if limits.tokens_per_min:
+            steps.append(BucketStep(Limit.TOKENS, limits.tokens_per_min, tokens_step, tokens))
         if not steps:
             return Verdict(())
         try:

@@ -19,7 +19,7 @@ from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.errors import ApiError, RateLimited, Unauthorized
+from app.errors import ApiError, Unauthorized
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -276,8 +276,8 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     async def respond(create: SocketCreate) -> bool:
         """Run one create, holding one of the tenant's request slots while it runs; False once the client left."""
         try:
-            runtime.slots.acquire(tenant)
-        except RateLimited as error:  # the tenant's requests hold every slot: this create is refused
+            runtime.slots.acquire(tenant, (await runtime.policy.limits_of(tenant)).max_concurrent_requests)
+        except ApiError as error:  # the tenant's requests hold every slot (or its limits are unreadable): refused
             return await send({"type": "error", "status": error.status_code, **error.body()})
         try:
             with idle.busy():

@@ -39,11 +39,12 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         job=prepared.job.to_payload(),
         created_at=prepared.created,
     )
+    # Batch lines are not counted against the cap: their batch submits a bounded number at a time (a refusal here
+    # would make a line an error line).
+    counted = prepared.job.job_class == "background"
+    cap = (await runtime.policy.limits_of(tenant)).max_queued_background if counted else 0
     async with runtime.database.transaction() as session:
-        cap = runtime.settings.max_queued_background_per_tenant
-        # Batch lines are not counted against it: their batch submits a bounded number at a time (a refusal here
-        # would make a line an error line).
-        if prepared.job.job_class == "background" and cap:
+        if cap:
             # Counted in the database, which every API node shares. NOTE: two creates at once may both pass at
             # the cap's edge (no lock): the cap bounds a backlog, it is not a quota to the job.
             check_queued_background(await repository.count_queued_background(session, tenant), cap)

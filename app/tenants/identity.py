@@ -154,6 +154,11 @@ def tenant_of_project(project_id: str) -> str:
     return TENANT_PROJECT_PREFIX + project_id
 
 
+def project_of_tenant(tenant: str) -> str | None:
+    """The project id a tenant stands for; None for a bootstrap key's tenant and an open server's."""
+    return tenant.removeprefix(TENANT_PROJECT_PREFIX) if tenant.startswith(TENANT_PROJECT_PREFIX) else None
+
+
 def hash_key(key: bytes) -> str:
     """What the database keeps of a key: its SHA-256, hex (a key has 256 random bits: no salt or stretching
     needed)."""

@@ -36,7 +36,7 @@ class TenantSlots:
     """
 
     def __init__(self, limit: int, *, what: str = "requests in flight") -> None:
-        #: Most requests (or connections) one tenant may have at once; 0: no limit.
+        #: Most requests (or connections) one tenant may have at once, unless its caller names its own; 0: no limit.
         self.limit = limit
         #: What is counted, as the 429 names it.
         self.what = what
@@ -45,11 +45,13 @@ class TenantSlots:
     def in_flight(self, tenant: str) -> int:
         return self._in_flight[tenant]
 
-    def acquire(self, tenant: str) -> None:
-        """Take one of `tenant`'s slots, or a 429 with Retry-After when it has none left."""
-        if self.limit and self._in_flight[tenant] >= self.limit:
+    def acquire(self, tenant: str, limit: int | None = None) -> None:
+        """Take one of `tenant`'s slots, or a 429 with Retry-After when it has none left. `limit`: the tenant's own
+        (its project's), else the server's."""
+        limit = self.limit if limit is None else limit
+        if limit and self._in_flight[tenant] >= limit:
             raise RateLimited(
-                f"Too many {self.what}: this server allows at most {self.limit} at once for each API key. "
+                f"Too many {self.what}: this server allows at most {limit} at once for each API key. "
                 "Retry when one of them has finished.",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
@@ -62,9 +64,9 @@ class TenantSlots:
             del self._in_flight[tenant]
 
     @contextmanager
-    def hold(self, tenant: str) -> Iterator[None]:
+    def hold(self, tenant: str, limit: int | None = None) -> Iterator[None]:
         """One of `tenant`'s slots for the block (see acquire)."""
-        self.acquire(tenant)
+        self.acquire(tenant, limit)
         try:
             yield
         finally:

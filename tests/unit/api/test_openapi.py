@@ -27,6 +27,7 @@ BODIES = {
     ("post", "/v1/conversations/{conversation_id}"): True,
     ("post", "/v1/conversations/{conversation_id}/items"): True,
     ("post", "/v1/keys"): True,
+    ("post", "/v1/projects/{project_id}/limits"): True,
     ("post", "/v1/webhook_endpoints"): True,
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}"): False,
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/rotate_secret"): False,

@@ -8,6 +8,7 @@ from app.errors import RateLimited, TokensRateLimited
 from app.limits.buckets import BucketStep, Limit, Step, Window, openai_duration
 from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
+from app.limits.policy import TenantLimits
 from app.testing.fakes import FakeClock
 
 
@@ -106,7 +107,7 @@ async def test_a_request_larger_than_a_whole_minute_says_not_to_retry() -> None:
 
 async def test_limits_that_are_off_check_nothing() -> None:
     limits = TenantRateLimits(MemoryBucketStore(FakeClock()))
-    assert not limits.enabled
+    assert not (await limits.policy.limits_of("t")).rate_limited
     for _ in range(100):
         assert (await limits.admit_request("t")).headers() == {}
         assert (await limits.admit_tokens("t", 10**6)).headers() == {}
@@ -120,3 +121,21 @@ async def test_tenants_have_buckets_of_their_own() -> None:
         await limits.admit_request("a")
     assert (await limits.admit_request("b")).headers()["x-ratelimit-remaining-requests"] == "0"
     assert (await limits.admit_tokens("b", 10)).headers()["x-ratelimit-remaining-tokens"] == "0"
+
+
+class TwoProjects:
+    """A policy: tenant "small" has 1 request a minute, every other one the server's 3."""
+
+    async def limits_of(self, tenant: str) -> TenantLimits:
+        return TenantLimits(requests_per_min=1 if tenant == "small" else 3)
+
+
+async def test_each_tenants_buckets_have_the_capacity_its_policy_answers() -> None:
+    limits = TenantRateLimits(MemoryBucketStore(FakeClock()), requests_per_min=100, policy=TwoProjects())
+    assert (await limits.admit_request("small")).headers()["x-ratelimit-limit-requests"] == "1"
+    with pytest.raises(RateLimited) as refused:
+        await limits.admit_request("small")
+    assert "Limit 1, Used 1" in refused.value.message
+    verdicts = [await limits.admit_request("big") for _ in range(3)]
+    assert [verdict.headers()["x-ratelimit-limit-requests"] for verdict in verdicts] == ["3"] * 3
+    assert [verdict.headers()["x-ratelimit-remaining-requests"] for verdict in verdicts] == ["2", "1", "0"]

@@ -109,14 +109,18 @@ async def test_redis_down_refuses_work_with_a_503() -> None:
 
 async def test_distributed_mode_keeps_its_buckets_in_redis() -> None:
     distributed = build_rate_limits(Settings(redis_url=REDIS_URL, rate_limit_requests_per_min=5, _env_file=None))
+    # Every limit off on the server: in Redis still (a project may set its own), connected on the first use only.
+    unlimited = build_rate_limits(Settings(redis_url=REDIS_URL, _env_file=None))
     embedded = build_rate_limits(Settings(_env_file=None))
     try:
         assert isinstance(distributed.store, RedisBucketStore)
-        assert distributed.requests_per_min == 5
+        assert (await distributed.policy.limits_of("key:x")).requests_per_min == 5
+        assert isinstance(unlimited.store, RedisBucketStore)
         assert isinstance(embedded.store, MemoryBucketStore)
-        assert not embedded.enabled
+        assert not (await embedded.policy.limits_of("key:x")).rate_limited
     finally:
         await distributed.close()
+        await unlimited.close()
 
 
 async def test_on_redis_own_clock(redis: Redis, tenant: str) -> None:
