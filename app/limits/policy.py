@@ -1,6 +1,6 @@
 """The limits that apply to one tenant (`TenantLimits`), and the one interface every limit check asks for them
 (`LimitsPolicy`): the server's settings for every tenant (`FixedLimits`), or a project's own overrides over them
-(app/keys/project_limits.py, read from the database behind a short per-node cache)."""
+(app/keys/limits_cache.py: read from the database behind a short per-node cache)."""
 
 from __future__ import annotations
 
