@@ -303,6 +303,20 @@ class Settings(BaseSettings):
         "a background create beyond it is refused with a 429 and Retry-After. 0: no cap. A project may set its own "
         "(`llama-responses projects limits`).",
     )
+    max_stored_bytes_per_tenant: int = Field(
+        0,
+        ge=0,
+        description="Bytes one tenant may keep stored (responses with their items and events, conversations, files, "
+        "batches, webhooks), as the periodic measurement counts them plus what writes added since; a write that "
+        "would store more (a create with `store: true`, a file upload, a conversation write, a batch) is refused "
+        "with a 429 `insufficient_quota`. Reads and deletes always pass. 0: no quota.",
+    )
+    stored_bytes_measure_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds between measurements of each tenant's stored bytes (one aggregate query a table, on "
+        "every API node): deletions and generated output count from the next one.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log lines as plain text (for a terminal) or one JSON object a line with the request id, "

@@ -86,6 +86,14 @@ class TokensRateLimited(RateLimited):
     error_type = "tokens"
 
 
+class QuotaExceeded(ApiError):
+    """429: the tenant has spent a quota (its stored bytes); no Retry-After: waiting frees nothing, deleting does.
+    OpenAI answers a spent quota with this type and code."""
+
+    status_code = 429
+    error_type = "insufficient_quota"
+
+
 class ClientGone(ApiError):
     """499 (nginx's "client closed request"): the client disconnected before its answer was ready. Nobody reads
     it; the access log and the metrics do."""

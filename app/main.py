@@ -45,6 +45,7 @@ from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
 from app.ops.periodic import run_periodically
 from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
+from app.quotas.stored_bytes import measure_stored_bytes
 from app.responses import endpoints as responses
 from app.runtime import Runtime
 from app.secrets.keys import load_sealer
@@ -177,6 +178,13 @@ def create_app(
         runtime = app.state.runtime
         advance = run_periodically("advancing batches", settings.batch_interval_s, lambda: advance_batches(runtime))
         maintenance.append(asyncio.create_task(advance))
+        # Every API node measures (safe at once: see app/quotas/repository.record_measurement). The counters outlive
+        # a restart, so the first round waits one interval too, as the webhooks' does.
+        measure_s = settings.stored_bytes_measure_interval_s
+        measure = run_periodically(
+            "measuring stored bytes", measure_s, lambda: measure_stored_bytes(database), first_delay_s=measure_s
+        )
+        maintenance.append(asyncio.create_task(measure))
         try:
             yield
         finally:

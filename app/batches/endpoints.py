@@ -18,7 +18,7 @@ router = APIRouter()
 @router.post("/batches", openapi_extra=json_body(CreateBatchRequest), responses=errors(404))
 async def create_batch(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> BatchObject:
     body = parse_body(await request.body(), CreateBatchRequest, runtime.settings)
-    return await service.create_batch(runtime.database, tenant, body)
+    return await service.create_batch(runtime, tenant, body)
 
 
 @router.get("/batches", responses=errors(400))

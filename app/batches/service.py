@@ -24,6 +24,8 @@ from app.db.session import Database
 from app.errors import InvalidRequest, NotFound
 from app.files import repository as files
 from app.ids import new_id
+from app.quotas.stored_bytes import charge_stored_bytes, json_size
+from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 
 #: The completion window, the only one there is ("24h").
@@ -88,7 +90,9 @@ def _check_request(body: CreateBatchRequest) -> None:
         )
 
 
-async def create_batch(database: Database, tenant: str, body: CreateBatchRequest) -> BatchObject:
+async def create_batch(runtime: Runtime, tenant: str, body: CreateBatchRequest) -> BatchObject:
+    """Stored `validating`; refused at once (a 429) while the tenant is at its stored-bytes quota: each line's
+    response is charged as it is submitted, and a line refused so becomes an error line."""
     _check_request(body)
     now = utc_now()
     row = BatchRow(
@@ -109,11 +113,12 @@ async def create_batch(database: Database, tenant: str, body: CreateBatchRequest
         created_at=now,
         expires_at=now + WINDOW,
     )
-    async with database.transaction() as session:
+    async with runtime.database.transaction() as session:
         stored = await files.get_file(session, body.input_file_id, tenant)
         if stored is None or stored.purpose != "batch":  # another tenant's file, or not a batch input
             raise NotFound(f"No such File object: {body.input_file_id[:64]}", param="input_file_id")
         await repository.insert_batch(session, row)
+        await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.metadata_))
     return batch_object(row)
 
 

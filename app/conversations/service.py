@@ -23,6 +23,7 @@ from app.items.normalization import check_call_outputs, normalize_input
 from app.items.paging import stored_item_page
 from app.items.references import resolve_references
 from app.items.repository import CONVERSATION_ITEMS
+from app.quotas.stored_bytes import charge_stored_bytes, json_size
 from app.runtime import Runtime
 from app.schemas.items import CALL_OUTPUT_TYPES, STORED_ITEM, InputItem, Item
 from app.schemas.paging import PageRequest, cursor_page
@@ -63,6 +64,7 @@ async def create_conversation(
     row = ConversationRow(id=new_id("conv"), tenant=tenant, metadata_=metadata or {}, created_at=utc_now())
     async with runtime.database.transaction() as session:
         await repository.insert_conversation(session, row, stored)
+        await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.metadata_, stored))
     return _conversation(row)
 
 
@@ -107,6 +109,7 @@ async def add_items(
     async with runtime.database.transaction() as session:
         if not await repository.append_items(session, conversation_id, stored):
             raise conversation_not_found(conversation_id)
+        await charge_stored_bytes(session, runtime, tenant, lambda: json_size(stored))
     data = with_includes([STORED_ITEM.validate_python(item) for item in stored], includes)
     return cursor_page(ConversationItemList, data, has_more=False)
 

@@ -11,6 +11,7 @@ from app.errors import InvalidRequest, NotFound
 from app.files import repository
 from app.files.schemas import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileDeleted, FileList, FileObject
 from app.files.storage import FileWriter, read_chunks
+from app.quotas.stored_bytes import charge_stored_bytes
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 from app.schemas.parsing import request_too_large
@@ -68,6 +69,7 @@ async def upload_file(
                 raise request_too_large(limit)
             await writer.write(data)
         row = await writer.close()
+        await charge_stored_bytes(session, runtime, tenant, lambda: row.bytes + len(row.filename))
     return file_object(row)
 
 

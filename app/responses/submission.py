@@ -13,6 +13,7 @@ from app.db.models import ResponseRow
 from app.events.assembler import opening_events
 from app.jobs import repository as jobs
 from app.observability import logs
+from app.quotas.stored_bytes import charge_stored_bytes, json_size
 from app.responses import repository
 from app.responses.preparation import PreparedResponse
 from app.responses.reads import read_response
@@ -55,6 +56,9 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
             await jobs.insert_events(session, response.id, events)
         if prepared.conversation is not None:
             await turns.claim(session, prepared.conversation, response.id, tenant)
+        # Last: on Postgres the charge holds the tenant's quota row until the commit. Its output counts from the
+        # next measurement.
+        await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.params, prepared.items))
 
 
 async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:

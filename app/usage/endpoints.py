@@ -1,5 +1,6 @@
 """/v1/usage (an extension): what a project used, per UTC day, model or project, as JSON or as CSV
-(/v1/usage.csv). A member reads its own project's; an admin any project's (`project=`), or every one's."""
+(/v1/usage.csv), and what it keeps stored (/v1/usage/storage). A member reads its own project's; an admin any
+project's (`project=`), or every one's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi.responses import Response
 from app.api.deps import IdentityDep, RuntimeDep
 from app.api.openapi import errors
 from app.usage import service
-from app.usage.schemas import UsageReport
+from app.usage.schemas import StorageUsage, UsageReport
 
 router = APIRouter(responses=errors(400, 403, 404))
 
@@ -42,6 +43,12 @@ UsageQueryDep = Annotated[service.UsageQuery, Depends(get_usage_query)]
 async def get_usage(runtime: RuntimeDep, identity: IdentityDep, query: UsageQueryDep) -> UsageReport:
     """Requests, input (cached) and output tokens and generation seconds, summed per group, for at most 366 days."""
     return await service.read_usage(runtime.database, identity, query)
+
+
+@router.get("/usage/storage")
+async def get_storage(runtime: RuntimeDep, identity: IdentityDep, project: ProjectParam = None) -> StorageUsage:
+    """The bytes a project keeps stored and its stored-bytes quota (RESPONSES_MAX_STORED_BYTES_PER_TENANT)."""
+    return await service.read_storage(runtime, identity, project)
 
 
 @router.get("/usage.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})

@@ -42,3 +42,17 @@ class UsageReport(BaseModel):
     data: list[UsageResult]
     #: The sums of every group.
     totals: UsageCounters
+
+
+class StorageUsage(BaseModel):
+    """GET /v1/usage/storage: what a project keeps stored now, against its quota."""
+
+    object: Literal["usage.storage"] = "usage.storage"
+    #: The tenant, as reports name it.
+    project: str
+    #: Its stored bytes as counted: the last measurement, plus the writes charged since (while it has a limit).
+    stored_bytes: int
+    #: The most it may keep stored (RESPONSES_MAX_STORED_BYTES_PER_TENANT); null: no limit.
+    limit_bytes: int | None
+    #: When the last measurement counted it (Unix seconds); null before the first, or while it stores nothing.
+    measured_at: int | None

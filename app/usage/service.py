@@ -1,5 +1,6 @@
 """Reading usage: the query checked (dates, the range's bound, the grouping, the model), the caller's scope (a
-member its own project's; an admin any project's, or every one's) and the report as JSON or CSV."""
+member its own project's; an admin any project's, or every one's) and the report as JSON or CSV; a project's
+stored bytes and quota."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import get_args
 from app.db.session import Database
 from app.errors import InvalidRequest
 from app.keys.service import tenant_of_project_name
+from app.quotas.stored_bytes import read_stored_bytes
+from app.runtime import Runtime
 from app.tenants.identity import OPEN_TENANT, Identity
 from app.usage import repository
 from app.usage.repository import Grouping
-from app.usage.schemas import UsageCounters, UsageReport, UsageResult
+from app.usage.schemas import StorageUsage, UsageCounters, UsageReport, UsageResult
 
 #: The most days one report covers (a year, a leap day included): a longer range is asked for in pages.
 MAX_RANGE_DAYS = 366
@@ -131,6 +134,18 @@ async def read_usage(
         generation_seconds=round(sum(result.generation_seconds for result in results), 3),
     )
     return UsageReport(start=start.isoformat(), end=end.isoformat(), group_by=group_by, data=results, totals=totals)
+
+
+async def read_storage(runtime: Runtime, identity: Identity, project: str | None) -> StorageUsage:
+    """The stored bytes and limit of the caller's project, or (an admin) of the one `project` names."""
+    tenant = await _scope(runtime.database, identity, _text(project, "project")) or identity.tenant
+    stored = await read_stored_bytes(runtime, tenant)
+    return StorageUsage(
+        project=tenant,
+        stored_bytes=stored.bytes,
+        limit_bytes=stored.limit or None,
+        measured_at=int(stored.measured_at.timestamp()) if stored.measured_at else None,
+    )
 
 
 #: The CSV's counter columns, after the grouping's.

@@ -8,6 +8,7 @@ from app.db.models.conversation_item import ConversationItemRow
 from app.db.models.file_chunk import FileChunkRow
 from app.db.models.generation_progress import GenerationProgressRow
 from app.db.models.input_item import InputItemRow
+from app.db.models.metering.tenant_storage import TenantStorageRow
 from app.db.models.metering.usage_day import UsageDayRow
 from app.db.models.output_item import OutputItemRow
 from app.db.models.project import ProjectRow
@@ -33,6 +34,7 @@ __all__ = [
     "ResponseEventRow",
     "ResponseRow",
     "ServerSecretRow",
+    "TenantStorageRow",
     "UsageDayRow",
     "WebhookDeliveryRow",
     "WebhookEndpointRow",
