@@ -21,6 +21,7 @@ def server_limits(settings: Settings) -> TenantLimits:
         tokens_per_min=settings.rate_limit_tokens_per_min,
         max_concurrent_requests=settings.max_concurrent_requests_per_tenant,
         max_queued_background=settings.max_queued_background_per_tenant,
+        max_stored_bytes=settings.max_stored_bytes_per_tenant,
     )
 
 
@@ -36,13 +37,12 @@ def effective(server: TenantLimits, project: ProjectRow | None) -> TenantLimits:
     """The project's limits over the server's: each NULL stands for the server's setting."""
     if project is None:
         return server
-    stored_bytes = project.max_stored_bytes
     return TenantLimits(
         requests_per_min=_or(project.requests_per_min, server.requests_per_min),
         tokens_per_min=_or(project.tokens_per_min, server.tokens_per_min),
         max_concurrent_requests=_or(project.max_concurrent_requests, server.max_concurrent_requests),
         max_queued_background=_or(project.max_queued_background, server.max_queued_background),
-        max_stored_bytes=server.max_stored_bytes if stored_bytes is None else stored_bytes,
+        max_stored_bytes=_or(project.max_stored_bytes, server.max_stored_bytes),
     )
 
 

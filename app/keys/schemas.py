@@ -110,8 +110,7 @@ class ProjectLimits(BaseModel):
     project: str
     #: What the operator set for this project (null: the server's setting).
     overrides: LimitValues
-    #: What applies to it: its overrides over the server's settings (0: off; `max_stored_bytes` null: the server's
-    #: own stored-bytes setting).
+    #: What applies to it: its overrides over the server's settings (0: off).
     effective: LimitValues
 
 

@@ -18,8 +18,8 @@ class TenantLimits:
     max_concurrent_requests: int = 0
     #: Background responses stored and not yet started, across every node.
     max_queued_background: int = 0
-    #: Bytes of stored data; None: the server's own setting (the stored-bytes quota reads it).
-    max_stored_bytes: int | None = None
+    #: Bytes of stored data (app/quotas/stored_bytes.py).
+    max_stored_bytes: int = 0
 
     @property
     def rate_limited(self) -> bool:

@@ -27,9 +27,9 @@ from app.runtime import Runtime
 
 
 async def stored_bytes_limit(runtime: Runtime, tenant: str) -> int:
-    """The most bytes `tenant` may keep stored; 0: no limit. The one place a tenant's limit is looked up: a
-    project's own limit (`projects.max_stored_bytes`) belongs here, the server's setting being the default."""
-    return runtime.settings.max_stored_bytes_per_tenant
+    """The most bytes `tenant` may keep stored; 0: no limit. The one place a tenant's limit is looked up: its
+    project's own limit (`projects.max_stored_bytes`, through the limits policy), else the server's setting."""
+    return (await runtime.policy.limits_of(tenant)).max_stored_bytes
 
 
 def json_size(*values: object) -> int:

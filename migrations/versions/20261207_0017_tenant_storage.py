@@ -1,7 +1,7 @@
 """the bytes each tenant keeps stored, as measured plus what writes added since: the stored-bytes quota
 
 Revision ID: 20261207_0017
-Revises: 20261205_0015
+Revises: 20261206_0016
 Create Date: 2026-12-07
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "20261207_0017"
-down_revision = "20261205_0015"
+down_revision = "20261206_0016"
 branch_labels = None
 depends_on = None
 

@@ -173,3 +173,26 @@ async def test_storage_usage_a_member_reads_its_own_and_an_admin_any(
     beta = (await client.get("/v1/usage/storage", params={"project": "beta"}, headers=BOOT)).json()
     assert beta["stored_bytes"] == 0 and beta["limit_bytes"] == LIMIT
     assert (await client.get("/v1/usage/storage")).status_code == 401
+
+
+@pytest.mark.settings(api_keys="boot", key_cache_ttl_s=0)
+async def test_a_project_s_own_limit_applies_where_the_server_sets_none(client: httpx.AsyncClient) -> None:
+    alpha = await make_key(client, "alpha")
+    beta = (await make_key(client, "beta"))["value"]
+    limited = await client.post(
+        f"/v1/projects/{alpha['project_id']}/limits", json={"max_stored_bytes": 150}, headers=BOOT
+    )
+    assert limited.status_code == 200, limited.text
+    files = {"file": ("f", b"x" * 100)}
+    assert (
+        await client.post("/v1/files", files=files, data={"purpose": "batch"}, headers=bearer(alpha["value"]))
+    ).status_code == 200
+    refused = await client.post("/v1/files", files=files, data={"purpose": "batch"}, headers=bearer(alpha["value"]))
+    assert_quota_refusal(refused, limit=150)
+    assert (await storage(client, **bearer(alpha["value"])))["limit_bytes"] == 150
+    # Another project keeps the server's (none).
+    for _ in range(3):
+        assert (
+            await client.post("/v1/files", files=files, data={"purpose": "batch"}, headers=bearer(beta))
+        ).status_code == 200
+    assert (await storage(client, **bearer(beta)))["limit_bytes"] is None
