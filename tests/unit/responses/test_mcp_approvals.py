@@ -4,6 +4,8 @@ may not) chained, in a conversation or resent whole, and mcp_* items resent as i
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -229,6 +231,35 @@ async def test_resent_mcp_items_are_read_like_chained_ones(
     third = await create(client, input=[{"role": "user", "content": "2 + 3?"}, listing, failed], tools=[])
     assert third["status"] == "completed"
     assert renderer.rendered[-1][-1].content == render_call_output("Error: the server broke")
+
+
+async def test_cancel_aborts_an_approved_call_in_flight(
+    client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
+) -> None:
+    rounds(runner, '<tool_call>{"name": "slow", "arguments": {}}</tool_call>')
+    first = await create(client, input="slow", tools=[mcp_tool(server)])
+    request = first["output"][1]
+    assert request["name"] == "slow"
+    second = await create(
+        client,
+        input=[approval(request["id"])],
+        tools=[mcp_tool(server)],
+        previous_response_id=first["id"],
+        background=True,
+    )
+    deadline = time.monotonic() + 10
+    while ("slow", {}) not in server.calls:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    cancelled = await client.post(f"/v1/responses/{second['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    while (body := (await client.get(f"/v1/responses/{second['id']}")).json())["status"] in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert body["status"] == "cancelled"
+    (call,) = body["output"]
+    assert call["approval_request_id"] == request["id"] and call["status"] == "failed"
+    assert len(runner.jobs) == 1, "the model never ran after the approval"
 
 
 @pytest.mark.parametrize(
