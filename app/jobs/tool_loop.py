@@ -48,7 +48,7 @@ class LoopRun:
 
 class ApprovedCallsFirst:
     """The first run of a response that makes the calls its client approved: no model run, its Finish at once,
-    so that the first tool round makes those calls (ToolLoop.take_approved) and the model goes on from them."""
+    so that the first tool round makes those calls (ToolLoop.approved_round) and the model goes on from them."""
 
     def __init__(self) -> None:
         self.cancelled = False
