@@ -12,7 +12,7 @@ from typing import Any
 
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
-from app.events.mcp_items import call_closing_events, call_opening_events, list_tools_events
+from app.events.mcp_items import call_closing_events, list_tools_events, open_tool_calls
 from app.generation.prompt import encode_reasoning
 from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_calls, parse_cut_calls
 from app.generation.types import Finish, ScoredPiece
@@ -86,10 +86,15 @@ class ResponseAssembler:
         ids: Callable[[str], str] = new_id,
         announced: bool = False,
         mcp_tools: dict[str, str] | None = None,
+        mcp_approvals: set[str] | None = None,
     ) -> None:
         self.response = response
         #: Offered functions that are MCP servers' tools: name -> server_label (their calls are this server's).
         self._mcp_tools = mcp_tools or {}
+        #: Those of them whose calls wait for the client's approval (an mcp_approval_request, not a call).
+        self._mcp_approvals = mcp_approvals or set()
+        #: A round asked for approvals: the response ends after it.
+        self.awaits_approval = False
         #: Tool rounds so far (see mcp_round): their items went into `_leading`.
         self.rounds = 0
         #: Where item and call ids come from: a takeover replays the ids the first run gave out.
@@ -464,27 +469,27 @@ class ResponseAssembler:
             events += self._close_message("completed")
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self._leading += finished
-        calls = [
-            StoredMcpCall(
-                id=self._ids("mcp"),
-                server_label=self._mcp_tools[call.name],
-                name=call.name,
-                arguments=call.arguments,
-                status="in_progress",
-            )
+        wanted = [
+            {"name": call.name, "arguments": call.arguments, "server_label": self._mcp_tools[call.name]}
             for call in parsed
         ]
-        for call in calls:
-            events += call_opening_events(call, len(self._leading), self._next)
-            self._leading.append(call)
+        opening, calls = self.open_calls(wanted)
+        events += opening
         text = self._raw
         self._raw, self._phase = "", "undecided" if self._tags else "answer"
         self._reasoning, self._message, self._calls_from = None, None, None
         self._reasoning_from = self._reasoning_sent = self._answer_from = self._sent = 0
         if self._logprobs is not None:
             self._logprobs = TokenLogprobs()
-        self.rounds += 1
         return events, calls, text
+
+    def open_calls(self, wanted: list[dict[str, str]]) -> tuple[list[ResponseEvent], list[StoredMcpCall]]:
+        """A round's MCP calls opened (see open_tool_calls); after an mcp_approval_request the response ends."""
+        items, events = open_tool_calls(wanted, self._mcp_approvals, len(self._leading), self._next, self._ids)
+        self._leading += items
+        self.awaits_approval = self.awaits_approval or any(item.type == "mcp_approval_request" for item in items)
+        self.rounds += 1
+        return events, [item for item in items if isinstance(item, StoredMcpCall)]
 
     def mcp_call_done(self, call: StoredMcpCall) -> list[ResponseEvent]:
         """`call` (an open one, as mcp_round gave it) ended: its output or error in, its item closed."""

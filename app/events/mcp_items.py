@@ -12,12 +12,14 @@ from app.schemas.events import (
     OutputItemEvent,
     ResponseEvent,
 )
-from app.schemas.items import StoredMcpCall, StoredMcpListTools
+from app.schemas.items import StoredMcpApprovalRequest, StoredMcpCall, StoredMcpListTools
 
 Number = Callable[[], int]
 
 
-def _item(kind: str, item: StoredMcpCall | StoredMcpListTools, index: int, number: Number) -> OutputItemEvent:
+def _item(
+    kind: str, item: StoredMcpCall | StoredMcpListTools | StoredMcpApprovalRequest, index: int, number: Number
+) -> OutputItemEvent:
     return OutputItemEvent(type=f"response.output_item.{kind}", sequence_number=number(), output_index=index, item=item)
 
 
@@ -34,6 +36,26 @@ def list_tools_events(item: StoredMcpListTools, index: int, number: Number) -> l
         _progress(f"response.mcp_list_tools.{end}", item.id, index, number),
         _item("done", item, index, number),
     ]
+
+
+def open_tool_calls(
+    wanted: list[dict[str, str]], approvals: set[str], index: int, number: Number, ids: Callable[[str], str]
+) -> tuple[list[StoredMcpCall | StoredMcpApprovalRequest], list[ResponseEvent]]:
+    """MCP calls ({name, arguments, server_label, approval_request_id?}) from output index `index` on: each
+    call open (call_opening_events), or, for a tool in `approvals` not approved yet, an mcp_approval_request
+    instead, whole (added and done: the hosted API sends no other events for it)."""
+    items: list[StoredMcpCall | StoredMcpApprovalRequest] = []
+    events: list[ResponseEvent] = []
+    for offset, call in enumerate(wanted, start=index):
+        if call["name"] in approvals and "approval_request_id" not in call:
+            request = StoredMcpApprovalRequest(id=ids("mcpr"), **call)
+            items.append(request)
+            events += [_item("added", request, offset, number), _item("done", request, offset, number)]
+            continue
+        opened = StoredMcpCall(id=ids("mcp"), status="in_progress", **call)
+        items.append(opened)
+        events += call_opening_events(opened, offset, number)
+    return items, events
 
 
 def call_opening_events(call: StoredMcpCall, index: int, number: Number) -> list[ResponseEvent]:

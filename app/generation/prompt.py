@@ -93,9 +93,22 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
     """Items -> chat messages; a reasoning item goes, between its tags, before the assistant turn it led to."""
     messages: list[ChatMessage] = []
     reasoning = ""
+    approval_requests: dict[str, dict[str, Any]] = {}
     for item in items:
-        if item.get("type") in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
-            continue  # what a server offers is in the system prompt; approvals are not messages
+        if item.get("type") == "mcp_approval_request":
+            approval_requests[item["id"]] = item
+            continue  # an approved call is its mcp_call; a denied one is told where it was denied
+        if item.get("type") == "mcp_approval_response":
+            request = approval_requests.get(item["approval_request_id"])
+            if request is not None and not item["approve"]:
+                messages.append(
+                    ChatMessage("assistant", reasoning + render_call(request["name"], request["arguments"]))
+                )
+                reasoning = ""
+                messages.append(ChatMessage("user", render_call_output(denial(item.get("reason")))))
+            continue
+        if item.get("type") == "mcp_list_tools":
+            continue  # what a server offers is in the system prompt
         if item.get("type") == "mcp_call":
             # The call as the model wrote it, then its result as a tool result (an error, said as one).
             messages.append(ChatMessage("assistant", reasoning + render_call(item["name"], item["arguments"])))
@@ -120,6 +133,11 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
     if reasoning:
         messages.append(ChatMessage("assistant", reasoning.rstrip("\n")))
     return messages
+
+
+def denial(reason: str | None) -> str:
+    """What the model reads as the result of a call the client did not approve."""
+    return "The user did not approve this call; it was not made." + (f" Reason: {reason}" if reason else "")
 
 
 def encode_reasoning(text: str) -> str:

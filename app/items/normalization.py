@@ -20,6 +20,7 @@ from app.schemas.items import (
     InputText,
     Item,
     ItemReference,
+    McpApprovalResponseItem,
     MessageItem,
     OutputText,
     ReasoningItem,
@@ -29,6 +30,10 @@ from app.schemas.items import (
     StoredCustomToolCallOutput,
     StoredFunctionCall,
     StoredFunctionCallOutput,
+    StoredMcpApprovalRequest,
+    StoredMcpApprovalResponse,
+    StoredMcpCall,
+    StoredMcpListTools,
     StoredReasoning,
     UnsupportedItem,
     UnsupportedPart,
@@ -84,7 +89,11 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
             items.append({"type": "item_reference", "id": entry.id})
             continue
         item: Item
-        if isinstance(entry, CompactionItem):
+        if isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
+            item = entry  # resent as they were returned, ids included
+        elif isinstance(entry, McpApprovalResponseItem):
+            item = StoredMcpApprovalResponse(**{**entry.model_dump(), "id": entry.id or new_id("mcpa")})
+        elif isinstance(entry, CompactionItem):
             item = StoredCompaction(**{**entry.model_dump(exclude_none=True), "id": entry.id or new_id("cmp")})
         elif isinstance(entry, CustomToolCallItem):
             item = StoredCustomToolCall(**{**entry.model_dump(), "id": entry.id or new_id("ctc")})

@@ -321,7 +321,9 @@ class JobExecution:
         self.runner = runner
         if self.tools is not None:
             self.tools.job = job
-        generation: GenerationRun = runner.start(job) if self.tools is None else LoopRun(runner.start(job))
+        generation: GenerationRun = (
+            runner.start(job) if self.tools is None else LoopRun(self.tools.start(runner, job, resumed=self.resumed))
+        )
         self.generation = generation
         self.observer.generation_started(resumed=self.resumed)
         heartbeat: asyncio.Task[None] | None = None
@@ -399,7 +401,7 @@ class JobExecution:
         assert self.tools is not None and self.runner is not None
         if finish.reason != "stop" or generation.cancelled:
             return self.tools.total(finish)
-        opened = self.assembler.mcp_round()
+        opened = self.tools.approved_round(self.assembler) or self.assembler.mcp_round()
         if opened is None:
             return self.tools.total(finish)
         events, calls, text = opened
@@ -409,8 +411,9 @@ class JobExecution:
             ended = await self.tools.call(generation, call)
             done.append(ended)
             await self._emit(self.assembler.mcp_call_done(ended))
-        if generation.cancelled or self.tools.exhausted:
-            # Ends here (a cancel, or a call over the limit): with what the rounds used, and no more output.
+        if generation.cancelled or self.tools.exhausted or self.assembler.awaits_approval:
+            # Ends here (a cancel, a call over the limit, or calls that wait for approval): with what the rounds
+            # used, and no more output.
             return self.tools.total(replace(finish, reason="cancelled" if generation.cancelled else "stop"))
         job = await self.tools.next_round(self.runner, finish, text, done)
         generation.run = self.runner.start(job)

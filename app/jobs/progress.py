@@ -40,6 +40,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         ids=ids,
         announced=job.announced,
         mcp_tools=dict(job.mcp["tools"]) if job.mcp else None,
+        mcp_approvals=set(job.mcp.get("approvals", [])) if job.mcp else None,
     )
 
 

@@ -12,14 +12,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+from app.events.assembler import ResponseAssembler
 from app.events.mcp_items import failed_call
 from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
-from app.generation.tool_calls import render_call_output
+from app.generation.tool_calls import render_call, render_call_output
 from app.generation.types import Finish, GenerationOutput
 from app.mcp.calls import McpCaller
 from app.mcp.client import McpFailed
 from app.mcp.servers import McpSetup
+from app.schemas.events import ResponseEvent
 from app.schemas.items import StoredMcpCall
 
 NOT_CALLED = "Not called: this response reached its max_tool_calls ({limit})."
@@ -44,6 +46,20 @@ class LoopRun:
             self.call.cancel()
 
 
+class ApprovedCallsFirst:
+    """The first run of a response that makes the calls its client approved: no model run, its Finish at once,
+    so that the first tool round makes those calls (ToolLoop.approved_round) and the model goes on from them."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def outputs(self) -> AsyncIterator[GenerationOutput]:
+        yield Finish("cancelled" if self.cancelled else "stop", 0, 0, 0)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class ToolLoop:
     def __init__(self, job: GenerationJob, setup: McpSetup, caller: McpCaller | None) -> None:
         self.job = job
@@ -60,6 +76,24 @@ class ToolLoop:
     @classmethod
     def of(cls, job: GenerationJob, caller: McpCaller | None) -> ToolLoop | None:
         return cls(job, McpSetup.from_payload(job.mcp), caller) if job.mcp else None
+
+    def start(self, runner: ModelRunner, job: GenerationJob, *, resumed: bool) -> GenerationRun:
+        """The response's first run: the model's, or none when the client approved calls (made first). A
+        takeover does not make them again: a tool may not be idempotent."""
+        if resumed:
+            self.setup.approved = []
+        return ApprovedCallsFirst() if self.setup.approved else runner.start(job)
+
+    def approved_round(
+        self, assembler: ResponseAssembler
+    ) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
+        """The calls the client approved, once, before the model's first round: opened as the model's calls are
+        (assembler.mcp_round), the round's text being those calls as the model would have written them."""
+        if not self.setup.approved:
+            return None
+        events, calls = assembler.open_calls(self.setup.approved)
+        self.setup.approved = []
+        return events, calls, "".join(render_call(call.name, call.arguments) for call in calls)
 
     async def call(self, run: LoopRun, call: StoredMcpCall) -> StoredMcpCall:
         """Call `call`'s tool (unless the response reached its limit): the call with its output or error."""

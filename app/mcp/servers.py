@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,6 +18,8 @@ from app.secrets.sealer import ContentSealer
 #: The sealer's purpose for a request's MCP headers: a token opens only as these, for its tenant.
 HEADERS_PURPOSE = "mcp-headers"
 LABEL_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+APPROVAL_MODES = ("always", "never")
+Model = TypeVar("Model", bound=BaseModel)
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 
 
@@ -28,9 +30,11 @@ class McpToolFilter(BaseModel):
 
 
 class McpApprovalFilter(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    always: dict[str, Any] | None = None
-    never: dict[str, Any] | None = None
+    """The SDK's McpToolApprovalFilter: the tools that always, or never, need the client's approval."""
+
+    model_config = ConfigDict(extra="forbid")
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
 
 
 class McpTool(BaseModel):
@@ -44,7 +48,8 @@ class McpTool(BaseModel):
     headers: dict[str, str] | None = None
     authorization: str | None = None
     allowed_tools: list[str] | McpToolFilter | None = None
-    require_approval: str | McpApprovalFilter | None = None
+    #: "always", "never" or an McpApprovalFilter: checked apart (_approval), for a 400 that names the field.
+    require_approval: Any = None
     server_description: str | None = None
 
 
@@ -57,6 +62,8 @@ class McpServer:
     #: Only these tool names (None: all); `read_only`: only the tools the server marks read-only.
     tool_names: list[str] | None = None
     read_only: bool = False
+    #: require_approval: "always", "never", or the filter as JSON ({always?: {tool_names?, read_only?}, never?}).
+    approval: str | dict[str, Any] = "always"
 
     def headers(self, sealer: ContentSealer | None, tenant: str) -> dict[str, str]:
         if self.sealed_headers is None:
@@ -70,19 +77,40 @@ class McpServer:
         """allowed_tools: whether the model may see (and call) this tool."""
         if self.tool_names is not None and tool.name not in self.tool_names:
             return False
-        return not self.read_only or bool((tool.annotations or {}).get("readOnlyHint"))
+        return not self.read_only or _read_only(tool)
+
+    def needs_approval(self, tool: ListedTool) -> bool:
+        """require_approval: whether a call of `tool` waits for the client's mcp_approval_response."""
+        if isinstance(self.approval, str):
+            return self.approval != "never"
+        always, never = self.approval.get("always"), self.approval.get("never")
+        if _matches(always, tool):
+            return True
+        if _matches(never, tool):
+            return False
+        # NOTE: a tool neither filter names needs approval (the hosted default), unless the filter names only
+        # the tools that always do: then those are the only ones.
+        return never is not None or always is None
+
+
+def _read_only(tool: ListedTool) -> bool:
+    return bool((tool.annotations or {}).get("readOnlyHint"))
+
+
+def _matches(tool_filter: dict[str, Any] | None, tool: ListedTool) -> bool:
+    """A filter ({tool_names?, read_only?}) names `tool` when every criterion it gives holds; one with none, never."""
+    if not tool_filter or (tool_filter.get("tool_names") is None and tool_filter.get("read_only") is None):
+        return False
+    names = tool_filter.get("tool_names")
+    read_only = tool_filter.get("read_only")
+    return (names is None or tool.name in names) and (read_only is None or read_only == _read_only(tool))
 
 
 def parse_server(
     tool: dict[str, Any], param: str, *, allowed: AllowedHosts, sealer: ContentSealer, tenant: str
 ) -> McpServer:
     """One `mcp` tool of a request, checked; a 400 naming its field otherwise."""
-    try:
-        parsed = McpTool.model_validate(tool)
-    except ValidationError as error:
-        problem = validation_error(list(error.errors()))
-        problem.param = f"{param}.{problem.param}" if problem.param else param
-        raise problem from None
+    parsed = _checked(McpTool, tool, param)
     if parsed.connector_id is not None:
         raise InvalidRequest(
             "Connectors (connector_id) are OpenAI's; give the server_url of an MCP server instead.",
@@ -99,15 +127,6 @@ def parse_server(
         raise InvalidRequest(
             f"Invalid 'server_url': {refused}", param=f"{param}.server_url", code="invalid_url"
         ) from None
-    # NOTE: approvals (mcp_approval_request / mcp_approval_response) are not built yet: a request must not expect
-    # them. No require_approval is taken as "never" (the hosted default is approvals on).
-    if parsed.require_approval is not None and parsed.require_approval != "never":
-        raise InvalidRequest(
-            "require_approval other than 'never' is not supported by this server yet: MCP tools are called without "
-            "approval.",
-            param=f"{param}.require_approval",
-            code="unsupported_parameter",
-        )
     headers = dict(parsed.headers or {})
     if parsed.authorization:
         headers["Authorization"] = f"Bearer {parsed.authorization}"
@@ -119,7 +138,32 @@ def parse_server(
     elif isinstance(parsed.allowed_tools, McpToolFilter):
         names = parsed.allowed_tools.tool_names
         read_only = bool(parsed.allowed_tools.read_only)
-    return McpServer(parsed.server_label, parsed.server_url, sealed, names, read_only)
+    approval = _approval(parsed.require_approval, f"{param}.require_approval")
+    return McpServer(parsed.server_label, parsed.server_url, sealed, names, read_only, approval)
+
+
+def _checked(model: type[Model], value: Any, param: str) -> Model:
+    try:
+        return model.model_validate(value)
+    except ValidationError as error:
+        problem = validation_error(list(error.errors()))
+        problem.param = f"{param}.{problem.param}" if problem.param else param
+        raise problem from None
+
+
+def _approval(value: Any, param: str) -> str | dict[str, Any]:
+    """require_approval as McpServer keeps it. As the hosted API: none given, every call waits for approval."""
+    if value is None:
+        return "always"
+    if isinstance(value, str):
+        if value not in APPROVAL_MODES:
+            raise InvalidRequest(
+                f"Invalid value for '{param}': expected 'always', 'never' or a filter object, got '{value}'.",
+                param=param,
+                code="invalid_value",
+            )
+        return value
+    return _checked(McpApprovalFilter, value, param).model_dump(exclude_none=True)
 
 
 def parse_request_servers(
@@ -170,6 +214,10 @@ class McpSetup:
     servers: list[McpServer] = field(default_factory=list)
     #: Offered function name -> the server_label of the server that has it.
     tools: dict[str, str] = field(default_factory=dict)
+    #: The offered functions whose calls wait for the client's approval (an mcp_approval_request ends the response).
+    approvals: list[str] = field(default_factory=list)
+    #: Calls the client approved (app/mcp/approvals.py's ApprovedCall, as JSON): made before the model's first round.
+    approved: list[dict[str, str]] = field(default_factory=list)
     #: A listing failed: the response fails with this message after its mcp_list_tools items.
     failure: str | None = None
     #: The chat template's text between the model's call and a tool result, and after the result (the next

@@ -25,6 +25,7 @@ from app.generation.types import ContextTooLong, ModelLoadError, PromptRenderer
 from app.items.compaction import open_compactions, open_history
 from app.items.normalization import check_call_outputs, normalize_input
 from app.items.references import resolve_references
+from app.mcp.approvals import approved_calls
 from app.observability import tracing
 from app.responses import repository
 from app.responses.mcp_tools import McpContext, gather_mcp, parse_servers
@@ -224,7 +225,14 @@ async def gather_context(
     await resolve_references(runtime.database, items, tenant, param="input")
     history = await _load_history(runtime, request, tenant, connection)
     check_call_outputs(history.turns, items)
-    mcp = await gather_mcp(servers, tenant, runtime, history.turns) if servers else None
+    approved = approved_calls(
+        [item for turn in history.turns for item in (*turn.input_items, *turn.output_items)], items
+    )
+    # The request's own items count as history for the listings: a stateless client resends them.
+    listed = [*history.turns, Turn(input_items=items, output_items=())]
+    mcp = await gather_mcp(servers, tenant, runtime, listed) if servers else None
+    if approved:
+        (mcp or McpContext()).take_approved(approved)
     if mcp is not None or mcp_choice:
         # Again, with the MCP servers' tools offered beside the functions (and tool_choice naming one of them).
         offered = mcp.offered if mcp is not None else []

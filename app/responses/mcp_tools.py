@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.errors import InvalidRequest
 from app.generation.prompt import Turn
 from app.generation.tool_calls import FunctionSpec
 from app.ids import new_id
+from app.mcp.approvals import ApprovedCall
 from app.mcp.calls import McpCaller
 from app.mcp.client import ListedTool, McpFailed
 from app.mcp.servers import McpServer, function_of, parse_request_servers, usable
@@ -28,6 +30,22 @@ class McpContext:
     items: list[dict[str, Any]] = field(default_factory=list)
     #: Why a listing failed (the response fails with it), None when every server was listed.
     failure: str | None = None
+    #: The offered functions whose calls need the client's approval (require_approval).
+    approvals: set[str] = field(default_factory=set)
+    #: The calls the client approved in this request's input: made before the model's first round.
+    approved: list[ApprovedCall] = field(default_factory=list)
+
+    def take_approved(self, approved: list[ApprovedCall]) -> None:
+        """The approved calls this response makes: each of a tool still offered (a 400 naming the approval)."""
+        for call in approved:
+            if not any(label == call.server_label and spec.name == call.name for label, spec in self.offered):
+                raise InvalidRequest(
+                    f"The approved call of '{call.name}' needs the mcp tool with server_label "
+                    f"'{call.server_label}' in this request's tools, offering that tool.",
+                    param=call.param,
+                    code="invalid_value",
+                )
+        self.approved = approved
 
 
 def parse_servers(tools: list[dict[str, Any]] | None, tenant: str, runtime: Runtime) -> list[McpServer]:
@@ -38,7 +56,8 @@ def parse_servers(tools: list[dict[str, Any]] | None, tenant: str, runtime: Runt
 
 
 def _listed_before(history: Sequence[Turn]) -> dict[str, list[ListedTool]]:
-    """The latest successful listing of each server_label in the chain (hosted lists once per chain)."""
+    """The latest successful listing of each server_label in the chain (hosted lists once per chain); a listing
+    resent as input (a stateless history) counts too."""
     listed: dict[str, list[ListedTool]] = {}
     for turn in history:
         for item in (*turn.input_items, *turn.output_items):
@@ -86,4 +105,6 @@ async def gather_mcp(servers: list[McpServer], tenant: str, runtime: Runtime, hi
         for tool in listed.get(server.label, []):
             if server.keeps(tool) and usable(tool):
                 context.offered.append((server.label, function_of(tool)))
+                if server.needs_approval(tool):
+                    context.approvals.add(tool.name)
     return context

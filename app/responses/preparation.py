@@ -100,6 +100,8 @@ async def _mcp_setup(
     setup = McpSetup(
         servers=context.mcp.servers,
         tools=context.tools.mcp_tools,
+        approvals=sorted(context.mcp.approvals),
+        approved=[call.to_payload() for call in context.mcp.approved],
         failure=context.mcp.failure,
         after_call=after_call,
         before_answer=before_answer,

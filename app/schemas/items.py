@@ -200,6 +200,71 @@ class CompactionItem(BaseModel):
     created_by: str | None = None
 
 
+class McpListedTool(BaseModel):
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class StoredMcpListTools(BaseModel):
+    """The tools an MCP server offered (the SDK's McpListTools); `error` when they could not be listed. Also what
+    a client resends as input (a stateless history): it counts as the chain's listing of that server_label."""
+
+    id: ClientId
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None
+
+
+class StoredMcpCall(BaseModel):
+    """A call of an MCP server's tool, made by this server (the SDK's McpCall): `output`, or `error` (the SDK's
+    McpToolCallError shapes: `mcp_tool_execution_error` or `mcp_protocol_error`). `approval_request_id`: the
+    mcp_approval_request it was approved by."""
+
+    id: ClientId
+    type: Literal["mcp_call"] = "mcp_call"
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] = "completed"
+    approval_request_id: str | None = None
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _error_object(cls, value: Any) -> Any:
+        # The SDK's input McpCall types `error` as a string; ours is the McpToolCallError object.
+        return {"type": "mcp_protocol_error", "code": -32000, "message": value} if isinstance(value, str) else value
+
+
+class StoredMcpApprovalRequest(BaseModel):
+    """The model called an MCP tool that needs the client's approval (the SDK's McpApprovalRequest): not called;
+    the response ended there, for an mcp_approval_response to answer."""
+
+    id: ClientId
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(BaseModel):
+    """The client's answer to an mcp_approval_request (the SDK's McpApprovalResponse)."""
+
+    type: Literal["mcp_approval_response"] = "mcp_approval_response"
+    id: ClientId | None = None
+    approval_request_id: Annotated[ClientId, Field(min_length=1)]
+    approve: bool
+    reason: str | None = None
+
+
+class StoredMcpApprovalResponse(McpApprovalResponseItem):
+    id: str
+
+
 ITEM_KINDS = {
     "message",
     "function_call",
@@ -209,6 +274,10 @@ ITEM_KINDS = {
     "custom_tool_call_output",
     "item_reference",
     "compaction",
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
 }
 #: Item types that call a tool, and the ones that answer such a call (matched by call_id).
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -232,6 +301,10 @@ InputItem = Annotated[
     | Annotated[CustomToolCallOutputItem, Tag("item:custom_tool_call_output")]
     | Annotated[ItemReference, Tag("item:item_reference")]
     | Annotated[CompactionItem, Tag("item:compaction")]
+    | Annotated[StoredMcpListTools, Tag("item:mcp_list_tools")]
+    | Annotated[StoredMcpCall, Tag("item:mcp_call")]
+    | Annotated[StoredMcpApprovalRequest, Tag("item:mcp_approval_request")]
+    | Annotated[McpApprovalResponseItem, Tag("item:mcp_approval_response")]
     | Annotated[UnsupportedItem, Tag("item:unsupported")],
     Discriminator(_item_kind),
 ]
@@ -288,38 +361,6 @@ class StoredCompaction(CompactionItem):
     id: str
 
 
-class McpListedTool(BaseModel):
-    name: str
-    input_schema: dict[str, Any]
-    description: str | None = None
-    annotations: dict[str, Any] | None = None
-
-
-class StoredMcpListTools(BaseModel):
-    """The tools an MCP server offered (the SDK's McpListTools); `error` when they could not be listed."""
-
-    id: str
-    type: Literal["mcp_list_tools"] = "mcp_list_tools"
-    server_label: str
-    tools: list[McpListedTool]
-    error: str | None = None
-
-
-class StoredMcpCall(BaseModel):
-    """A call of an MCP server's tool, made by this server (the SDK's McpCall): `output`, or `error` (the SDK's
-    McpToolCallError shapes: `mcp_tool_execution_error` or `mcp_protocol_error`)."""
-
-    id: str
-    type: Literal["mcp_call"] = "mcp_call"
-    server_label: str
-    name: str
-    arguments: str
-    output: str | None = None
-    error: dict[str, Any] | None = None
-    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] = "completed"
-    approval_request_id: str | None = None
-
-
 def _stored_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     return f"item:{kind}"
@@ -335,7 +376,9 @@ Item = Annotated[
     | Annotated[StoredCustomToolCallOutput, Tag("item:custom_tool_call_output")]
     | Annotated[StoredCompaction, Tag("item:compaction")]
     | Annotated[StoredMcpListTools, Tag("item:mcp_list_tools")]
-    | Annotated[StoredMcpCall, Tag("item:mcp_call")],
+    | Annotated[StoredMcpCall, Tag("item:mcp_call")]
+    | Annotated[StoredMcpApprovalRequest, Tag("item:mcp_approval_request")]
+    | Annotated[StoredMcpApprovalResponse, Tag("item:mcp_approval_response")],
     Discriminator(_stored_kind),
 ]
 

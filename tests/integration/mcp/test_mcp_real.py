@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -65,3 +66,44 @@ async def test_a_forced_call_s_output_reaches_the_answer(client: httpx.AsyncClie
         assert final["usage"]["input_tokens"] > 0
         stored = (await client.get(f"/v1/responses/{final['id']}")).json()
         assert [item["type"] for item in stored["output"]] == kinds
+
+
+async def test_the_approval_round_trip(client: httpx.AsyncClient) -> None:
+    """A forced call waits for approval (require_approval left out: as the hosted API, every call does); the
+    approval, chained, makes the call, and the model goes on from its output in the same response."""
+    async with tool_server() as server:
+        tool = {"type": "mcp", "server_label": "calc", "server_url": server.url, "allowed_tools": ["add"]}
+        body: dict[str, Any] = {
+            "input": "What is 1234 + 4321? Use the add tool, then answer with the number only.",
+            "tools": [tool],
+            "tool_choice": {"type": "mcp", "server_label": "calc", "name": "add"},
+            "temperature": 0,
+            "max_output_tokens": 96,
+            "stream": True,
+        }
+        reply = await client.post("/v1/responses", json=body)
+        assert reply.status_code == 200, reply.text
+        first = assert_well_formed_stream(parse_sse(reply.text))
+        assert first["status"] == "completed"
+        assert [item["type"] for item in first["output"]] == ["mcp_list_tools", "mcp_approval_request"]
+        request = first["output"][1]
+        assert request["name"] == "add" and server.calls == [], "nothing is called before the approval"
+        arguments = json.loads(request["arguments"])
+
+        approve = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+        reply = await client.post(
+            "/v1/responses", json={**body, "input": [approve], "previous_response_id": first["id"]}
+        )
+        assert reply.status_code == 200, reply.text
+        final = assert_well_formed_stream(parse_sse(reply.text))
+        kinds = [item["type"] for item in final["output"]]
+        assert final["status"] == "completed" and kinds[0] == "mcp_call" and kinds[-1] == "message", final["output"]
+        call = final["output"][0]
+        assert call["approval_request_id"] == request["id"] and call["status"] == "completed", call
+        assert server.calls == [("add", arguments)]
+        total = str(arguments["a"] + arguments["b"])
+        assert call["output"] == total
+        # NOTE: the shipped test model is too small to say the sum back reliably: that it answered after the
+        # call (not another call, not a request) is what shows the round went on from the output.
+        assert final["output"][-1]["content"][0]["text"].strip()
+        assert final["usage"]["input_tokens"] > first["usage"]["input_tokens"], "the call and output were read"

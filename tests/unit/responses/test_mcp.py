@@ -236,8 +236,6 @@ async def test_cancel_stops_the_loop_during_a_call(
         ({"server_url": "http://10.0.0.1/mcp"}, "tools[0].server_url", "invalid_url"),
         ({"server_url": "ftp://127.0.0.1/mcp"}, "tools[0].server_url", "invalid_url"),
         ({"server_url": None}, "tools[0].server_url", "missing_required_parameter"),
-        ({"require_approval": "always"}, "tools[0].require_approval", "unsupported_parameter"),
-        ({"require_approval": {"always": {"tool_names": ["add"]}}}, "tools[0].require_approval", None),
         ({"connector_id": "connector_gmail"}, "tools[0].connector_id", "unsupported_parameter"),
         ({"server_label": "no spaces"}, "tools[0].server_label", None),
     ],
