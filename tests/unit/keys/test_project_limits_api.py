@@ -90,7 +90,7 @@ async def test_an_admin_reads_sets_and_clears_a_projects_limits(client: httpx.As
             "tokens_per_min": 0,
             "max_concurrent_requests": 64,
             "max_queued_background": SERVER_QUEUED,
-            "max_stored_bytes": None,
+            "max_stored_bytes": 0,
         },
     }
     changed = await set_limits(client, project_id, requests_per_min=2, tokens_per_min=0, max_stored_bytes=2**40)
