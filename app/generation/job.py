@@ -117,6 +117,14 @@ class FairOrder(Generic[T]):
         tenants[tenant].append(item)
         self._count += 1
 
+    def waiting_by_tenant(self) -> dict[tuple[str, JobClass], int]:
+        """How many items each tenant has waiting in each class (a metrics scrape: one step per tenant)."""
+        return {
+            (tenant, job_class): len(items)
+            for job_class, tenants in self._classes.items()
+            for tenant, items in tenants.items()
+        }
+
     def next_class(self) -> JobClass | None:
         """The class of the item `pop` would take (None: nothing waits)."""
         for job_class in JOB_CLASSES:

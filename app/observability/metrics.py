@@ -191,6 +191,17 @@ TENANT_OUTPUT_TOKENS = Counter(
     ["tenant"],
     registry=REGISTRY,
 )
+TENANT_QUEUED_JOBS = Gauge(
+    f"{PREFIX}_tenant_queued_jobs",
+    "Generation jobs waiting for a worker (not yet running), by tenant (labelled as in "
+    "llama_responses_tenant_requests_total) and class (interactive, background, batch), summed over the models: "
+    "embedded mode's waiting rooms, or distributed mode's model queues (API nodes, read from Redis at each scrape).",
+    ["tenant", "job_class"],
+    registry=REGISTRY,
+    # Set at each scrape from the queue itself, so the latest process to be scraped knows best (a tenant whose
+    # jobs all left reads 0 there, while another process may still hold its older count).
+    multiprocess_mode="mostrecent",
+)
 
 #: The label of every tenant past the cap.
 OTHER_TENANTS = "other"

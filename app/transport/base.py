@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, JobClass
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,10 @@ class GenerationQueue(Protocol):
 
     async def availability(self, models: Sequence[str]) -> dict[str, ModelAvailability]:
         """Per model: what can run its jobs now and what waits for them (/v1/models, the health routes, metrics)."""
+
+    async def queued_by_tenant(self, models: Sequence[str]) -> dict[tuple[str, JobClass], int]:
+        """The models' jobs waiting for a worker (not those running), by tenant and class, summed over the models
+        (metrics: queue depth by tenant). Embedded mode: its waiting rooms; distributed: the models' queues."""
 
     async def ping(self) -> None:
         """Raise if the queue's backing store (Redis) cannot be reached."""

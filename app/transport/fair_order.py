@@ -36,6 +36,10 @@ class WaitingRoom:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def waiting_by_tenant(self) -> dict[tuple[str, JobClass], int]:
+        """The jobs waiting here, by tenant and class (not those running)."""
+        return self._waiting.waiting_by_tenant()
+
     @asynccontextmanager
     async def place(self, job: GenerationJob) -> AsyncIterator[None]:
         """Wait for a place, in the fair order, and hold it for the block."""

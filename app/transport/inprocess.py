@@ -5,9 +5,10 @@ in memory."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, JobClass
 from app.transport.base import JobExecutor, ModelAvailability
 from app.transport.fair_order import WaitingRoom
 from app.transport.memory_bus import MemoryBus
@@ -69,6 +70,13 @@ class InProcessQueue:
             )
             for model in models
         }
+
+    async def queued_by_tenant(self, models: Sequence[str]) -> dict[tuple[str, JobClass], int]:
+        counts: Counter[tuple[str, JobClass]] = Counter()
+        for model in models:
+            if (room := self._rooms.get(model)) is not None:
+                counts.update(room.waiting_by_tenant())
+        return dict(counts)
 
     async def ping(self) -> None:
         return None

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -18,9 +19,10 @@ from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_pre
 from arq.jobs import Job
 
 from app.config import Settings
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, JobClass
 from app.transport.base import ModelAvailability
 from app.transport.fair_scores import fair_score
+from app.transport.queued_tenants import queued_by_tenant, record_queued
 from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
 
 logger = logging.getLogger(__name__)
@@ -153,7 +155,7 @@ class ArqQueue:
     async def _enqueue_fairly(self, job: GenerationJob, queue: str) -> None:
         """Into a model's queue, scored in the fair order (fair_scores.py): class, then tenants in turn."""
         score_ms = await fair_score(self.pool, queue, job)
-        await self.pool.enqueue_job(
+        enqueued = await self.pool.enqueue_job(
             GENERATE_TASK,
             job.to_payload(),
             _job_id=job.response_id,
@@ -163,6 +165,8 @@ class ArqQueue:
             # arq would make its record expire a day after its score, which is long past: a day from now.
             _expires=timedelta(milliseconds=self.pool.expires_extra_ms),
         )
+        if enqueued is not None:  # None: already queued, and named then
+            await record_queued(self.pool, queue, job)
 
     async def _announce(self, queue: str) -> None:
         """Wake the queue's workers: without it a job waits for their next poll (up to WORKER_POLL_S, most of the
@@ -255,6 +259,14 @@ class ArqQueue:
             model: ModelAvailability(live_workers=int(workers), waiting_jobs=int(waiting))
             for model, workers, waiting in zip(models, replies[::2], replies[1::2], strict=True)
         }
+
+    async def queued_by_tenant(self, models: Sequence[str]) -> dict[tuple[str, JobClass], int]:
+        # NOTE: the models' queues only, as availability's waiting_jobs: a worker's own queue (affinity) keeps
+        # arq's scores, and its jobs are taken at once or moved to their model's queue within AFFINITY_CLAIM_S.
+        counts: Counter[tuple[str, JobClass]] = Counter()
+        for model in models:
+            counts.update(await queued_by_tenant(self.pool, model_queue(model)))
+        return dict(counts)
 
     async def ping(self) -> None:
         await self.pool.ping()

@@ -444,6 +444,7 @@ async function render() {
     else if (parts.length === 1 && parts[0] === "batches") await batchesPage(params);
     else if (parts.length === 2 && parts[0] === "batches") await batchPage(parts[1]);
     else if (parts.length === 2 && parts[0] === "files") await filePage(parts[1]);
+    else if (parts.length === 1 && parts[0] === "server") await serverPage(params); // server.js
     else notFoundPage(`The page ${path}`);
   } catch (error) {
     if (error instanceof URIError) notFoundPage(`The page ${path}`);

@@ -1,6 +1,7 @@
 // The project chooser of an admin key: the projects come from the key API (GET /v1/keys, admin keys only), and the
 // one chosen is sent as the OpenAI-Project header on every request (console.js's authHeaders), so every page shows
-// that project's data. For any other key the key API answers 403 and the chooser stays hidden.
+// that project's data. For any other key the key API answers 403 and the chooser stays hidden, as does the link to
+// the admins' server overview (server.js; shown too before a key is entered: an open server has no roles).
 "use strict";
 
 const PROJECT_STORAGE = "llama-responses-project";
@@ -16,8 +17,10 @@ function forgetProject() {
 // Fills the header's chooser once a key is known; hides it (and forgets a choice) for a key that is not an admin's.
 async function loadProjects() {
   const chooser = document.getElementById("project");
+  const serverLink = document.getElementById("server-link");
   if (!sessionStorage.getItem(KEY_STORAGE)) {
     chooser.hidden = true;
+    serverLink.hidden = false;
     return;
   }
   let keys;
@@ -28,6 +31,7 @@ async function loadProjects() {
     keys = await reply.json();
   } catch (error) {
     chooser.hidden = true;
+    serverLink.hidden = true;
     if (chosenProject()) {
       forgetProject();
       render();
@@ -42,6 +46,7 @@ async function loadProjects() {
     ...[...projects].map(([id, name]) => el("option", { value: id, selected: id === chosenProject() }, `${name} (${id})`)),
   );
   chooser.hidden = false;
+  serverLink.hidden = false;
 }
 
 function chooseProject(id) {
