@@ -43,14 +43,18 @@ docs: install
 docs-build: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $${TMPDIR:-/tmp}/llama-responses-site
 
-# Lint, types, the docs build and the unit tests: about 10 minutes, no Postgres or model needed (Redis for a few).
+# Lint, types, the docs build and the unit tests, on two pytest-xdist workers (each its own Redis database index,
+# tests/conftest.py): about 5 minutes, no Postgres or model needed (Redis for a few).
 test-fast: lint docs-build
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -n 2 tests/unit
 
 # Everything: the unit tests, then integration (real model, SQLite and Postgres, Redis), faults, fuzz, browser.
-# --durations: the slowest tests, listed at the end of a CI log (where the run's time goes).
+# The in-process tests (unit, fuzz) on two pytest-xdist workers; then, one at a time, everything that starts real
+# processes, models, private Postgres and Redis servers, or a browser (they would fight over two cores). --durations:
+# the slowest tests, listed at the end of a CI log (where the run's time goes).
 test: lint docs-build
-	$(BIN)/pytest --durations=30
+	$(BIN)/pytest -n 2 tests/unit tests/fuzz
+	$(BIN)/pytest --durations=30 tests --ignore=tests/unit --ignore=tests/fuzz
 
 clean:
 	rm -rf $(VENV) llama-responses.db*
