@@ -392,6 +392,7 @@ class ResponseAssembler:
             self._phase = "answer"
         if self._phase == "reasoning":  # cut off while reasoning
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        events += self._close_open_calls()
         calls = self._calls(completed=status == "completed")
         if self._calls_from is None:
             # A cut output may end in the start of a call tag: markup, not text.
@@ -432,10 +433,7 @@ class ResponseAssembler:
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
         if self._message is not None and self._message.status == "in_progress":
             events += self._close_message("incomplete")
-        for index, item in enumerate(self._leading):
-            if isinstance(item, StoredMcpCall) and item.status == "in_progress":
-                self._leading[index] = item.model_copy(update={"status": "incomplete"})
-                events += call_closing_events(self._leading[index], index, self._next)  # type: ignore[arg-type]
+        events += self._close_open_calls()
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
@@ -445,6 +443,15 @@ class ResponseAssembler:
         return events
 
     # MCP tool rounds -----------------------------------------------------------------------------------
+
+    def _close_open_calls(self) -> list[ResponseEvent]:
+        """The response ends while calls are open (a worker died during them): they end `incomplete`."""
+        events: list[ResponseEvent] = []
+        for index, item in enumerate(self._leading):
+            if isinstance(item, StoredMcpCall) and item.status == "in_progress":
+                self._leading[index] = item.model_copy(update={"status": "incomplete"})
+                events += call_closing_events(self._leading[index], index, self._next)  # type: ignore[arg-type]
+        return events
 
     def mcp_round(self) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
         """The model ended its turn calling MCP tools, and only those: its reasoning and text close, its calls
