@@ -348,8 +348,7 @@ class JobExecution:
             await self._close(self.tools.total(Finish("stop", 0, 0, 0)))
             return
         self.runner = runner
-        if self.tools is not None:
-            self.tools.job = job
+        # (The loop's own job stays the round's, as _resume left it: a takeover's text so far is not its prompt.)
         generation: GenerationRun = runner.start(job) if self.tools is None else LoopRun(runner.start(job))
         self.generation = generation
         self.observer.generation_started(resumed=self.resumed)

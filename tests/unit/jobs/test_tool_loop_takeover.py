@@ -115,6 +115,33 @@ async def test_a_run_that_dies_between_calls_is_taken_over_and_no_completed_call
     assert replayed == events
 
 
+async def test_a_round_taken_over_mid_text_then_calling_continues_the_prompt_once(
+    client: httpx.AsyncClient,
+    app_runtime: Runtime,
+    runner: FakeRunner,
+    server: ToolServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(event_batches, "EVENT_FLUSH_EVENTS", 2)
+    runner.delay_s = 0.005
+    second = f"w0 w1 w2 {ECHO}"
+    rounds(runner, ADD, second, second, "Done.")
+    runner.crash_in_run = {1: 3}  # the second round dies after "w0 w1 w2"; its takeover then calls echo
+    live = asyncio.create_task(client.post("/v1/responses", json=body(server, stream=True)))
+    await until(lambda: len(runner.jobs) == 2)
+    await take_over(app_runtime)
+    final = assert_well_formed_stream(parse_sse((await asyncio.wait_for(live, 30)).text))
+    assert final["status"] == "completed"
+    kinds = [item["type"] for item in final["output"]]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message", "mcp_call", "message"]
+    assert server.calls == [("add", {"a": 2, "b": 3}), ("echo", {"text": "hi"})]
+    # The last round continues the second round's prompt with that round's whole text (the dead run's part and
+    # the takeover's) once, then the result: not the takeover's prompt, which already held the dead run's part.
+    assert len(runner.jobs) == 4
+    whole = f"w0 w1 w2{second}"
+    assert added(runner, 3, before=1) == f"{whole} end user <tool_response>\nhi\n</tool_response> end assistant "
+
+
 def dies_during(name: str, server: ToolServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker dies while its call of `name` is in flight (the server has it): the call is abandoned and the
     run stops without an end, as a killed worker's would."""
