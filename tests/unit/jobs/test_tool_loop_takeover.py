@@ -12,7 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.generation.types import Finish, GenerationFailed
 from app.jobs import event_batches
+from app.jobs.execution import JobExecution
 from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.jobs.tool_loop import STOPPED
 from app.mcp.calls import McpCaller
@@ -140,6 +142,33 @@ async def test_a_round_taken_over_mid_text_then_calling_continues_the_prompt_onc
     assert len(runner.jobs) == 4
     whole = f"w0 w1 w2{second}"
     assert added(runner, 3, before=1) == f"{whole} end user <tool_response>\nhi\n</tool_response> end assistant "
+
+
+async def test_a_run_that_died_after_reaching_max_tool_calls_is_ended_by_its_takeover_without_a_round(
+    client: httpx.AsyncClient,
+    app_runtime: Runtime,
+    runner: FakeRunner,
+    server: ToolServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rounds(runner, ADD, ADD, "never said")
+    close = JobExecution._close
+
+    async def dies_at_the_end(self: JobExecution, output: Finish | GenerationFailed) -> None:
+        monkeypatch.setattr(JobExecution, "_close", close)  # the takeover lives
+        raise RuntimeError("the worker died")
+
+    monkeypatch.setattr(JobExecution, "_close", dies_at_the_end)
+    live = asyncio.create_task(client.post("/v1/responses", json={**body(server, stream=True), "max_tool_calls": 1}))
+    await until(lambda: len(runner.jobs) == 2)
+    await take_over(app_runtime)
+    final = assert_well_formed_stream(parse_sse((await asyncio.wait_for(live, 30)).text))
+    assert final["status"] == "completed"
+    calls = [item for item in final["output"] if item["type"] == "mcp_call"]
+    assert [call["status"] for call in calls] == ["completed", "failed"]
+    assert "max_tool_calls" in calls[1]["error"]["message"]
+    assert len(runner.jobs) == 2, "the model was not asked again"
+    assert server.calls == [("add", {"a": 2, "b": 3})]
 
 
 def dies_during(name: str, server: ToolServer, monkeypatch: pytest.MonkeyPatch) -> None:
