@@ -12,7 +12,7 @@ from typing import Any
 
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
-from app.events.mcp_items import call_closing_events, list_tools_events, open_tool_calls
+from app.events.mcp_items import call_closing_events, close_open_calls, list_tools_events, open_tool_calls
 from app.generation.prompt import encode_reasoning
 from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_calls, parse_cut_calls
 from app.generation.types import Finish, ScoredPiece
@@ -397,6 +397,7 @@ class ResponseAssembler:
             self._phase = "answer"
         if self._phase == "reasoning":  # cut off while reasoning
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        events += close_open_calls(self._leading, self._next)
         calls = self._calls(completed=status == "completed")
         if self._calls_from is None:
             # A cut output may end in the start of a call tag: markup, not text.
@@ -437,10 +438,7 @@ class ResponseAssembler:
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
         if self._message is not None and self._message.status == "in_progress":
             events += self._close_message("incomplete")
-        for index, item in enumerate(self._leading):
-            if isinstance(item, StoredMcpCall) and item.status == "in_progress":
-                self._leading[index] = item.model_copy(update={"status": "incomplete"})
-                events += call_closing_events(self._leading[index], index, self._next)  # type: ignore[arg-type]
+        events += close_open_calls(self._leading, self._next)
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)

@@ -12,7 +12,7 @@ from app.schemas.events import (
     OutputItemEvent,
     ResponseEvent,
 )
-from app.schemas.items import StoredMcpApprovalRequest, StoredMcpCall, StoredMcpListTools
+from app.schemas.items import Item, StoredMcpApprovalRequest, StoredMcpCall, StoredMcpListTools
 
 Number = Callable[[], int]
 
@@ -92,3 +92,14 @@ def failed_call(call: StoredMcpCall, message: str, *, execution: bool = False) -
         else {"type": "mcp_protocol_error", "code": -32000, "message": message}
     )
     return call.model_copy(update={"status": "failed", "error": error, "output": None})
+
+
+def close_open_calls(leading: list[Item], number: Number) -> list[ResponseEvent]:
+    """The response ends while calls in `leading` (its output items so far) are open (a worker died during them):
+    they end `incomplete`, in place."""
+    events: list[ResponseEvent] = []
+    for index, item in enumerate(leading):
+        if isinstance(item, StoredMcpCall) and item.status == "in_progress":
+            leading[index] = closed = item.model_copy(update={"status": "incomplete"})
+            events += call_closing_events(closed, index, number)
+    return events

@@ -35,7 +35,7 @@ from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, Lease
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
 from app.jobs.telemetry import JobObserver
-from app.jobs.tool_loop import LoopRun, ToolLoop
+from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
 from app.mcp.calls import McpCaller
 from app.schemas.events import ResponseEvent
@@ -89,7 +89,9 @@ class JobExecution:
         self.assembler = job_assembler(job, self.progress.ids)
         #: A takeover: the output of earlier runs, as tokens, counts as output (and continues the prompt).
         self.resumed = False
-        self.prior_tokens = 0
+        #: A takeover's round in progress: its own prompt's length and the tokens earlier runs wrote of it (its
+        #: first Finish counts them as output, not as prompt).
+        self._carried: tuple[int, int] | None = None
         #: The run's Finish (or GenerationFailed) was read: the run closes its response itself.
         self._ended = False
         self._interrupted: Interrupted | None = None
@@ -108,17 +110,40 @@ class JobExecution:
         if claim_progress is None:
             return self.job
         self.resumed = True
-        self.assembler, self.progress = replay_progress(self.job, claim_progress)
-        pieces = self.progress.pieces
-        written = await runner.tokenize(self.job.model, "".join(pieces)) if pieces else []
-        self.prior_tokens = len(written)
-        cap = self.job.sampling.max_output_tokens
+        replay = replay_progress(self.job, claim_progress)
+        self.assembler, self.progress = replay.assembler, replay.log
+        job = self.job
+        if self.tools is not None:  # the round after the recorded ones; a recorded call is never made again
+            await self.tools.replay(runner, replay.rounds)
+            job = self.tools.job
+        written = await runner.tokenize(job.model, replay.text) if replay.text else []
+        self._carried = (len(job.prompt_tokens), len(written))
+        cap = job.sampling.max_output_tokens
         sampling = replace(
-            self.job.sampling,
+            job.sampling,
             max_output_tokens=None if cap is None else max(cap - len(written), 0),
             resumed_output_tokens=len(written),
         )
-        return replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *written], sampling=sampling)
+        return replace(job, prompt_tokens=[*job.prompt_tokens, *written], sampling=sampling)
+
+    def _counted(self, finish: Finish) -> Finish:
+        """A takeover's first Finish: what earlier runs wrote of its round continued the prompt; it is output."""
+        if self._carried is None:
+            return finish
+        prompt, written = self._carried
+        self._carried = None
+        return Finish(finish.reason, prompt, min(finish.cached_tokens, prompt), written + finish.output_tokens)
+
+    async def _record(self) -> None:
+        """Store the progress now (a tool round opened, a call ended): a takeover must know which calls were made.
+        Only a background job is taken over."""
+        if self.lease is None or not self.background:
+            return
+        if self.job.keep_events:
+            await self.batch.flush()
+            return
+        async with self.progress.storing:
+            await self._write([])
 
     async def _write(self, payloads: list[Payload], final: ResponseObject | None = None) -> None:
         """Store a batch (and the final state, if given) through database blips. The progress step is read before
@@ -174,8 +199,8 @@ class JobExecution:
             await self._end(output)
         finally:
             if isinstance(output, Finish):  # after its end is sent: the client never waits on the charge
-                # A takeover's earlier runs never ended, so never charged theirs: all of the output is.
-                await self._charge_output(output.output_tokens + (self.prior_tokens if self.resumed else 0))
+                # A takeover's earlier runs never ended, so never charged theirs: all of the output is (_counted).
+                await self._charge_output(output.output_tokens)
 
     async def _end(self, output: Finish | GenerationFailed) -> None:
         # The assembler before it closes anything: if the final write fails, the response fails from here.
@@ -183,11 +208,6 @@ class JobExecution:
         if isinstance(output, GenerationFailed):
             events = self.assembler.fail(output.message)
         else:
-            if self.resumed:  # usage counts the first run's tokens as output, not as prompt
-                prompt = len(self.job.prompt_tokens)
-                output = Finish(
-                    output.reason, prompt, min(output.cached_tokens, prompt), self.prior_tokens + output.output_tokens
-                )
             events = self.assembler.finish(output, completed_at=int(time.time()))
         self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
@@ -318,9 +338,17 @@ class JobExecution:
             self._ended = True
             await self._close(GenerationFailed(self.tools.setup.failure))
             return
+        try:
+            if self.tools is not None:
+                await self.tools.close_stopped(self._outlet())
+        except LeaseLost:
+            return
+        if self.tools is not None and self.tools.exhausted:  # an earlier run reached max_tool_calls, then died
+            self._ended = True
+            await self._close(self.tools.total(Finish("stop", 0, 0, 0)))
+            return
         self.runner = runner
-        if self.tools is not None:
-            self.tools.job = job
+        # (The loop's own job stays the round's, as _resume left it: a takeover's text so far is not its prompt.)
         generation: GenerationRun = (
             runner.start(job) if self.tools is None else LoopRun(self.tools.start(runner, job, resumed=self.resumed))
         )
@@ -379,6 +407,8 @@ class JobExecution:
                     self.progress.pieces.append(output if isinstance(output, str) else output.text)
                     await self._emit(self.assembler.text(output))
                     continue
+                if isinstance(output, Finish) and not silent:
+                    output = self._counted(output)
                 if isinstance(output, Finish) and isinstance(generation, LoopRun) and not silent:
                     ended = await self._tool_round(generation, output)
                     if ended is None:
@@ -395,31 +425,11 @@ class JobExecution:
                 return
 
     async def _tool_round(self, generation: LoopRun, finish: Finish) -> Finish | None:
-        """The model's turn ended: if it called MCP tools, call them and start the next round in `generation`
-        (None); else (an answer, a cut, a cancel, the limit reached) the Finish the response ends with, the
-        usage of every round in it."""
         assert self.tools is not None and self.runner is not None
-        if finish.reason != "stop" or generation.cancelled:
-            return self.tools.total(finish)
-        opened = self.tools.approved_round(self.assembler) or self.assembler.mcp_round()
-        if opened is None:
-            return self.tools.total(finish)
-        events, calls, text = opened
-        await self._emit(events)
-        done = []
-        for call in calls:
-            ended = await self.tools.call(generation, call)
-            done.append(ended)
-            await self._emit(self.assembler.mcp_call_done(ended))
-        if generation.cancelled or self.tools.exhausted or self.assembler.awaits_approval:
-            # Ends here (a cancel, a call over the limit, or calls that wait for approval): with what the rounds
-            # used, and no more output.
-            return self.tools.total(replace(finish, reason="cancelled" if generation.cancelled else "stop"))
-        job = await self.tools.next_round(self.runner, finish, text, done)
-        generation.run = self.runner.start(job)
-        if generation.cancelled:  # a cancel that came while the run started
-            generation.run.cancel()
-        return None
+        return await self.tools.round(generation, finish, self.runner, self._outlet())
+
+    def _outlet(self) -> RoundOutlet:
+        return RoundOutlet(self.assembler, self.progress, self._emit, self._record)
 
 
 class JobExecutor:

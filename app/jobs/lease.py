@@ -138,11 +138,15 @@ class JobLease:
         background job whose events are not kept stores it nowhere else, for a takeover)."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            step = progress.unsaved() if progress is not None else None
             started = time.monotonic()
             try:
-                async with database.transaction() as session:
-                    cancel = await self.renew(session, step)
+                # A tool round stores steps of this progress too: one step at a time, each once.
+                async with progress.storing if progress is not None else contextlib.nullcontext():
+                    step = progress.unsaved() if progress is not None else None
+                    async with database.transaction() as session:
+                        cancel = await self.renew(session, step)
+                    if progress is not None:
+                        progress.saved(step)
             except LeaseLost:
                 logger.warning(
                     "lost the lease of %s: stopping its generation (%s)", self.response_id, await self._holder(database)
@@ -162,8 +166,6 @@ class JobLease:
                 logger.warning("could not renew the lease of %s (%s); trying again", self.response_id, error)
                 continue
             self._runs_out_at = started + self.lease_s
-            if progress is not None:
-                progress.saved(step)
             if cancel:
                 generation.cancel()
 

@@ -1,14 +1,55 @@
 """What a run of a job has produced, kept so that a takeover goes on from it: the text pieces and the ids given out,
-how much of them is stored, and the assembler rebuilt from a stored progress (the same pieces with the same ids
-rebuild the same events, sequence numbers included)."""
+the steps of its tool loop between them (a round that called tools, each call's end), how much of them is stored,
+and the assembler rebuilt from a stored progress (the same pieces with the same ids rebuild the same events,
+sequence numbers included)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
 from app.events.assembler import ResponseAssembler
 from app.generation.job import GenerationJob
+from app.generation.types import Finish
 from app.ids import new_id
-from app.jobs.repository import Progress, ProgressStep
+from app.jobs.repository import Progress, ProgressEntry, ProgressStep
+from app.schemas.items import StoredMcpCall
 from app.schemas.responses import ResponseObject
+
+_ROUND = "mcp_round"
+_CALL = "mcp_call"
+
+
+def round_entry(finish: Finish) -> dict[str, Any]:
+    """The model's turn ended in MCP calls (opened in progress, not made yet): its usage, for the loop's total."""
+    return {_ROUND: {"prompt": finish.prompt_tokens, "cached": finish.cached_tokens, "output": finish.output_tokens}}
+
+
+def call_entry(call: StoredMcpCall) -> dict[str, Any]:
+    """A call of the last round ended (completed or failed): a takeover never makes it again."""
+    return {_CALL: call.model_dump(mode="json")}
+
+
+@dataclass(slots=True)
+class RecordedRound:
+    """A tool round an earlier run recorded: the text it continues the prompt with, its usage, and its calls as
+    far as they got (`in_progress`: sent to the server, never known to have answered)."""
+
+    text: str
+    finish: Finish
+    calls: list[StoredMcpCall]
+
+
+@dataclass(slots=True)
+class Replay:
+    """A stored progress replayed: the assembler as the last run left it, the log of it, the tool rounds, and the
+    text the model wrote since the last of them (the round in progress)."""
+
+    assembler: ResponseAssembler
+    log: ProgressLog
+    rounds: list[RecordedRound] = field(default_factory=list)
+    text: str = ""
 
 
 class IdLog:
@@ -44,16 +85,35 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
     )
 
 
-def replay_progress(job: GenerationJob, progress: Progress) -> tuple[ResponseAssembler, ProgressLog]:
-    """The assembler as the last run left it, and the log of what it had produced (all of it stored)."""
+def replay_progress(job: GenerationJob, progress: Progress) -> Replay:
+    """What the last run left: its assembler, the log of what it had produced (all of it stored), its rounds."""
     log = ProgressLog(IdLog(progress.ids), stored=progress)
     assembler = job_assembler(job, log.ids)
     assembler.response.status = "in_progress"
     assembler.start()
+    replay = Replay(assembler, log)
+    texts: list[str] = []
     for piece in progress.pieces:
-        assembler.text(piece)
         log.pieces.append(piece)
-    return assembler, log
+        if isinstance(piece, str):
+            assembler.text(piece)
+            texts.append(piece)
+        elif _ROUND in piece:
+            opened = assembler.mcp_round()  # the same text with the same ids opens the same calls
+            assert opened is not None, "a recorded tool round that the text does not call"
+            _, calls, text = opened
+            usage = piece[_ROUND]
+            replay.rounds.append(
+                RecordedRound(text, Finish("stop", usage["prompt"], usage["cached"], usage["output"]), calls)
+            )
+            texts = []
+        else:
+            ended = StoredMcpCall.model_validate(piece[_CALL])
+            assembler.mcp_call_done(ended)
+            last = replay.rounds[-1]
+            last.calls = [ended if call.id == ended.id else call for call in last.calls]
+    replay.text = "".join(texts)
+    return replay
 
 
 class ProgressLog:
@@ -63,10 +123,16 @@ class ProgressLog:
 
     def __init__(self, ids: IdLog, *, stored: Progress | None = None) -> None:
         self.ids = ids
-        self.pieces: list[str] = []
+        self.pieces: list[ProgressEntry] = []
+        #: Held while a step is read and stored: the heartbeat and a tool round may both store one.
+        self.storing = asyncio.Lock()
         self._stored_pieces = len(stored.pieces) if stored else 0
         self._stored_ids = len(stored.ids) if stored else 0
         self._stored_rows = stored.rows if stored else 0
+
+    def text_pieces(self) -> int:
+        """How many of the pieces are text (a token each, but for split UTF-8)."""
+        return sum(isinstance(piece, str) for piece in self.pieces)
 
     def unsaved(self) -> ProgressStep | None:
         """What is new since the last stored step; None when nothing is."""

@@ -79,13 +79,14 @@ def _ending(
         said = [] if error is None else [ErrorEvent(sequence_number=0, code=error["code"], message=error["message"])]
         return values, [event.model_dump(mode="json") for event in said]
     job = GenerationJob.from_payload(row.job)
-    assembler, log = replay_progress(job, progress)
+    replay = replay_progress(job, progress)
+    assembler = replay.assembler
     if status == "failed":
         assert error is not None
         events = assembler.fail(error["message"], code=error["code"])
     else:
         # NOTE: a piece is a token but for split UTF-8, as the reasoning count does; the tokenizer is not here.
-        finish = Finish("cancelled", len(job.prompt_tokens), 0, len(log.pieces))
+        finish = Finish("cancelled", len(job.prompt_tokens), 0, replay.log.text_pieces())
         events = assembler.finish(finish, completed_at=int(time.time()))
     values.update(final_values(assembler.response))
     return values, [event.model_dump(mode="json") for event in events[:-1]]

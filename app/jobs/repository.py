@@ -19,13 +19,17 @@ from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
 from app.usage import repository as usage
 from app.webhooks.outbox import record_response_end
 
+#: One entry of a job's progress: a text piece as the model produced it, or (a JSON object) a step of its tool
+#: loop between two pieces (app/jobs/progress.py's round and call entries).
+ProgressEntry = str | dict[str, Any]
+
 
 @dataclass(frozen=True, slots=True)
 class ProgressStep:
     """What a generation produced since its last stored step: appended as row `position`."""
 
     position: int
-    pieces: list[str]
+    pieces: list[ProgressEntry]
     ids: list[str]
 
 
@@ -33,7 +37,7 @@ class ProgressStep:
 class Progress:
     """Everything a job's runs stored, in order, and how many rows it took (the next step's position)."""
 
-    pieces: list[str]
+    pieces: list[ProgressEntry]
     ids: list[str]
     rows: int
 

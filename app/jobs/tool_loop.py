@@ -4,13 +4,16 @@ model goes on from the result, in the same response, until it answers without a 
 Each round is one model run; its prompt is the last round's, then what the model wrote, then the tool results
 in the chat template's own turn markup (McpSetup.after_call / before_answer, rendered where the request
 arrived), so that the engine's prefix cache reuses everything before. A cancel stops the model or the call in
-flight (LoopRun.cancel)."""
+flight (LoopRun.cancel).
+
+A background job records each round and each call's end in its progress before it goes on (app/jobs/progress.py):
+a takeover replays them (`replay`), never making a recorded call again, and fails the calls left in flight."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 
 from app.events.assembler import ResponseAssembler
 from app.events.mcp_items import failed_call
@@ -18,6 +21,7 @@ from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.tool_calls import render_call, render_call_output
 from app.generation.types import Finish, GenerationOutput
+from app.jobs.progress import ProgressLog, RecordedRound, call_entry, round_entry
 from app.mcp.calls import McpCaller
 from app.mcp.client import McpFailed
 from app.mcp.servers import McpSetup
@@ -25,6 +29,9 @@ from app.schemas.events import ResponseEvent
 from app.schemas.items import StoredMcpCall
 
 NOT_CALLED = "Not called: this response reached its max_tool_calls ({limit})."
+NOT_CALLED_CANCELLED = "Not called: the response was cancelled."
+#: A call in flight when its worker died: it may have run (a tool need not be idempotent), so it is not made again.
+STOPPED = "The worker running this call stopped; it was not retried."
 
 
 class LoopRun:
@@ -60,6 +67,17 @@ class ApprovedCallsFirst:
         self.cancelled = True
 
 
+@dataclass(frozen=True, slots=True)
+class RoundOutlet:
+    """Where a round goes (the execution's): the assembler that grows the response, the progress log, the events
+    out (`emit`), and the progress stored now (`record`) so that a takeover goes on from there."""
+
+    assembler: ResponseAssembler
+    progress: ProgressLog
+    emit: Callable[[list[ResponseEvent]], Awaitable[None]]
+    record: Callable[[], Awaitable[None]]
+
+
 class ToolLoop:
     def __init__(self, job: GenerationJob, setup: McpSetup, caller: McpCaller | None) -> None:
         self.job = job
@@ -68,6 +86,10 @@ class ToolLoop:
         self.calls_made = 0
         #: A call was refused for the limit: the response ends after this round.
         self.exhausted = False
+        #: A takeover: the calls an earlier run left in flight, failed (not made again); close_stopped sends them.
+        self.stopped: list[StoredMcpCall] = []
+        #: A takeover found rounds an earlier run recorded (the approved calls' round among them).
+        self.replayed = False
         #: Usage of the rounds before the current one (input tokens count every round's prompt).
         self.input_tokens = 0
         self.cached_tokens = 0
@@ -79,8 +101,9 @@ class ToolLoop:
 
     def start(self, runner: ModelRunner, job: GenerationJob, *, resumed: bool) -> GenerationRun:
         """The response's first run: the model's, or none when the client approved calls (made first). A
-        takeover does not make them again: a tool may not be idempotent."""
-        if resumed:
+        takeover makes them only if no round was recorded (their round is recorded before any call is made: once
+        it is, `replay` took them as made or failed)."""
+        if resumed and self.replayed:
             self.setup.approved = []
         return ApprovedCallsFirst() if self.setup.approved else runner.start(job)
 
@@ -102,6 +125,8 @@ class ToolLoop:
             return failed_call(call, NOT_CALLED.format(limit=self.setup.max_calls))
         if self.caller is None:
             return failed_call(call, "This process cannot call MCP servers.")
+        if run.cancelled:  # a cancel that came during an earlier call of the round, or while it was recorded
+            return failed_call(call, NOT_CALLED_CANCELLED)
         self.calls_made += 1
         server = self.setup.server(call.server_label)
         run.call = asyncio.create_task(self.caller.call(server, self.job.tenant, call.name, call.arguments))
@@ -116,6 +141,63 @@ class ToolLoop:
         finally:
             run.call = None
         return call.model_copy(update={"status": "completed", "output": output, "error": None})
+
+    async def replay(self, runner: ModelRunner, rounds: list[RecordedRound]) -> None:
+        """A takeover: the rounds an earlier run recorded, taken as made (no call made again), so that `job` is
+        the round after them. The calls they left in flight fail (STOPPED), for close_stopped to send."""
+        refused = NOT_CALLED.format(limit=self.setup.max_calls)
+        self.replayed = bool(rounds)
+        for recorded in rounds:
+            calls = []
+            for call in recorded.calls:
+                if call.status == "in_progress":
+                    call = failed_call(call, STOPPED)
+                    self.stopped.append(call)
+                elif call.error is not None and call.error.get("message") == refused:
+                    self.exhausted = True
+                calls.append(call)
+            self.calls_made += len(calls)
+            await self.next_round(runner, recorded.finish, recorded.text, calls)
+
+    async def close_stopped(self, outlet: RoundOutlet) -> None:
+        """A takeover: the calls an earlier run left in flight end failed, recorded with their events."""
+        for call in self.stopped:
+            outlet.progress.pieces.append(call_entry(call))
+            await outlet.emit(outlet.assembler.mcp_call_done(call))
+        if self.stopped:
+            await outlet.record()
+        self.stopped = []
+
+    async def round(self, run: LoopRun, finish: Finish, runner: ModelRunner, outlet: RoundOutlet) -> Finish | None:
+        """The model's turn ended: if it called MCP tools, call them and start the next round in `run` (None);
+        else (an answer, a cut, a cancel, the limit reached) the Finish the response ends with, the usage of
+        every round in it."""
+        if finish.reason != "stop" or run.cancelled:
+            return self.total(finish)
+        opened = self.approved_round(outlet.assembler) or outlet.assembler.mcp_round()
+        if opened is None:
+            return self.total(finish)
+        events, calls, text = opened
+        # Stored before any call is made, and each call's end before the next: a takeover goes on from there.
+        outlet.progress.pieces.append(round_entry(finish))
+        await outlet.emit(events)
+        await outlet.record()
+        done = []
+        for call in calls:
+            ended = await self.call(run, call)
+            done.append(ended)
+            outlet.progress.pieces.append(call_entry(ended))
+            await outlet.emit(outlet.assembler.mcp_call_done(ended))
+            await outlet.record()
+        if run.cancelled or self.exhausted or outlet.assembler.awaits_approval:
+            # Ends here (a cancel, a call over the limit, or calls that wait for approval): with what the rounds
+            # used, and no more output.
+            return self.total(replace(finish, reason="cancelled" if run.cancelled else "stop"))
+        job = await self.next_round(runner, finish, text, done)
+        run.run = runner.start(job)
+        if run.cancelled:  # a cancel that came while the run started
+            run.run.cancel()
+        return None
 
     async def next_round(
         self, runner: ModelRunner, finish: Finish, text: str, calls: list[StoredMcpCall]

@@ -146,13 +146,16 @@ class FakeRunner:
         self.separator = " "
         #: Replies for the next runs, one each, first first (a tool loop's rounds); then `reply` again.
         self.replies: list[list[str]] = []
+        #: crash_after for one run only: the index of the run (0: the first started) -> after how many words.
+        self.crash_in_run: dict[int, int] = {}
         self.jobs: list[GenerationJob] = []
         self.runs: dict[str, FakeRun] = {}
 
     def start(self, job: GenerationJob) -> FakeRun:
         self.jobs.append(job)
         reply = self.replies.pop(0) if self.replies else self.reply
-        run = FakeRun(job, reply, self.delay_s, self.fail_after, self.separator, self.crash_after)
+        crash_after = self.crash_in_run.get(len(self.jobs) - 1, self.crash_after)
+        run = FakeRun(job, reply, self.delay_s, self.fail_after, self.separator, crash_after)
         self.runs[job.response_id] = run
         return run
 

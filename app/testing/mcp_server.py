@@ -1,5 +1,5 @@
 """A real MCP server (the `mcp` SDK's MCPServer, streamable HTTP) on a loopback port, for tests: a few tools, and
-what the server saw (the headers of each request, the calls made)."""
+what the server saw (the method and headers of each request, the calls made, the calls stopped)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ class ToolServer:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: How long the `slow` tool sleeps.
     slow_s: float = 30.0
+    #: The method of every HTTP request (a client that closes its session sends DELETE).
+    methods: list[str] = field(default_factory=list)
+    #: The calls of `slow` that were stopped before they answered (their session ended, say).
+    interrupted: int = 0
 
 
 def _tools(state: ToolServer) -> MCPServer:
@@ -42,7 +46,11 @@ def _tools(state: ToolServer) -> MCPServer:
     @server.tool(description="Takes its time.")
     async def slow() -> str:
         state.calls.append(("slow", {}))
-        await asyncio.sleep(state.slow_s)
+        try:
+            await asyncio.sleep(state.slow_s)
+        except asyncio.CancelledError:
+            state.interrupted += 1
+            raise
         return "finally"
 
     @server.tool(description="Always fails.")
@@ -61,6 +69,7 @@ class _Recording:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self.state.headers.append({key.decode().lower(): value.decode() for key, value in scope["headers"]})
+            self.state.methods.append(scope["method"])
         await self.app(scope, receive, send)
 
 

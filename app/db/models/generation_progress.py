@@ -3,6 +3,8 @@ time (never rewritten), for a takeover to continue from and a reconciler to keep
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import JSON, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -17,7 +19,8 @@ class GenerationProgressRow(Base):
     )
     #: 0, 1, 2...: the order the rows were written in, across runs (a takeover goes on from the last one).
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
-    #: The text pieces the model produced since the previous row, as the assembler was given them.
-    pieces: Mapped[list[str]] = mapped_column(JSON)
+    #: The text pieces the model produced since the previous row, as the assembler was given them, and (JSON
+    #: objects between them) the steps of a tool loop: a round that called tools, a call that ended.
+    pieces: Mapped[list[str | dict[str, Any]]] = mapped_column(JSON)
     #: The item and call ids the assembler gave out since the previous row.
     ids: Mapped[list[str]] = mapped_column(JSON)

@@ -228,6 +228,15 @@ async def test_cancel_stops_the_loop_during_a_call(
         await asyncio.sleep(0.02)
     assert body["status"] == "cancelled"
     assert len(runner.jobs) == 1, "no round after the cancel"
+    call = body["output"][1]
+    assert call["type"] == "mcp_call" and call["status"] == "failed" and call["output"] is None
+    assert "Cancelled" in call["error"]["message"]
+    # The call was aborted: its session closed (DELETE), which stopped the tool on the server.
+    assert server.methods[-1] == "DELETE"
+    while server.interrupted == 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert server.calls.count(("slow", {})) == 1
 
 
 @pytest.mark.parametrize(
