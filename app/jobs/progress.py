@@ -11,9 +11,11 @@ from typing import Any
 
 from app.events.assembler import ResponseAssembler
 from app.generation.job import GenerationJob
+from app.generation.tool_calls import render_call
 from app.generation.types import Finish
 from app.ids import new_id
 from app.jobs.repository import Progress, ProgressEntry, ProgressStep
+from app.schemas.events import ResponseEvent
 from app.schemas.items import StoredMcpCall
 from app.schemas.responses import ResponseObject
 
@@ -21,9 +23,21 @@ _ROUND = "mcp_round"
 _CALL = "mcp_call"
 
 
-def round_entry(finish: Finish) -> dict[str, Any]:
-    """The model's turn ended in MCP calls (opened in progress, not made yet): its usage, for the loop's total."""
-    return {_ROUND: {"prompt": finish.prompt_tokens, "cached": finish.cached_tokens, "output": finish.output_tokens}}
+def round_entry(finish: Finish, approved: list[dict[str, str]]) -> dict[str, Any]:
+    """The model's turn ended in MCP calls (opened in progress, not made yet): its usage, for the loop's total; or
+    the round of the calls the client `approved` (made before the model's first run), which its text does not
+    hold, so that a replay opens them again."""
+    usage = {"prompt": finish.prompt_tokens, "cached": finish.cached_tokens, "output": finish.output_tokens}
+    return {_ROUND: {**usage, "approved": approved} if approved else usage}
+
+
+def open_approved(
+    assembler: ResponseAssembler, approved: list[dict[str, str]]
+) -> tuple[list[ResponseEvent], list[StoredMcpCall], str]:
+    """The calls the client approved, opened as the model's calls are (assembler.mcp_round): the events, the calls,
+    and the round's text, those calls as the model would have written them."""
+    events, calls = assembler.open_calls(approved)
+    return events, calls, "".join(render_call(call.name, call.arguments) for call in calls)
 
 
 def call_entry(call: StoredMcpCall) -> dict[str, Any]:
@@ -99,10 +113,11 @@ def replay_progress(job: GenerationJob, progress: Progress) -> Replay:
             assembler.text(piece)
             texts.append(piece)
         elif _ROUND in piece:
-            opened = assembler.mcp_round()  # the same text with the same ids opens the same calls
+            usage = piece[_ROUND]
+            # The same text (or approvals) with the same ids opens the same calls.
+            opened = open_approved(assembler, usage["approved"]) if "approved" in usage else assembler.mcp_round()
             assert opened is not None, "a recorded tool round that the text does not call"
             _, calls, text = opened
-            usage = piece[_ROUND]
             replay.rounds.append(
                 RecordedRound(text, Finish("stop", usage["prompt"], usage["cached"], usage["output"]), calls)
             )

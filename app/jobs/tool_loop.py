@@ -19,9 +19,9 @@ from app.events.assembler import ResponseAssembler
 from app.events.mcp_items import failed_call
 from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
-from app.generation.tool_calls import render_call, render_call_output
+from app.generation.tool_calls import render_call_output
 from app.generation.types import Finish, GenerationOutput
-from app.jobs.progress import ProgressLog, RecordedRound, call_entry, round_entry
+from app.jobs.progress import ProgressLog, RecordedRound, call_entry, open_approved, round_entry
 from app.mcp.calls import McpCaller
 from app.mcp.client import McpFailed
 from app.mcp.servers import McpSetup
@@ -110,13 +110,11 @@ class ToolLoop:
     def approved_round(
         self, assembler: ResponseAssembler
     ) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
-        """The calls the client approved, once, before the model's first round: opened as the model's calls are
-        (assembler.mcp_round), the round's text being those calls as the model would have written them."""
+        """The calls the client approved, once, before the model's first round (see open_approved)."""
         if not self.setup.approved:
             return None
-        events, calls = assembler.open_calls(self.setup.approved)
-        self.setup.approved = []
-        return events, calls, "".join(render_call(call.name, call.arguments) for call in calls)
+        approved, self.setup.approved = self.setup.approved, []
+        return open_approved(assembler, approved)
 
     async def call(self, run: LoopRun, call: StoredMcpCall) -> StoredMcpCall:
         """Call `call`'s tool (unless the response reached its limit): the call with its output or error."""
@@ -174,12 +172,13 @@ class ToolLoop:
         every round in it."""
         if finish.reason != "stop" or run.cancelled:
             return self.total(finish)
+        approved = self.setup.approved
         opened = self.approved_round(outlet.assembler) or outlet.assembler.mcp_round()
         if opened is None:
             return self.total(finish)
         events, calls, text = opened
         # Stored before any call is made, and each call's end before the next: a takeover goes on from there.
-        outlet.progress.pieces.append(round_entry(finish))
+        outlet.progress.pieces.append(round_entry(finish, approved))
         await outlet.emit(events)
         await outlet.record()
         done = []

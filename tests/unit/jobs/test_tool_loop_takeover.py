@@ -16,7 +16,7 @@ from app.generation.types import Finish, GenerationFailed
 from app.jobs import event_batches
 from app.jobs.execution import JobExecution
 from app.jobs.recovery import Reconciler, RecoveryPolicy
-from app.jobs.tool_loop import STOPPED
+from app.jobs.tool_loop import STOPPED, ToolLoop
 from app.mcp.calls import McpCaller
 from app.mcp.servers import McpServer
 from app.runtime import Runtime
@@ -171,16 +171,18 @@ async def test_a_run_that_died_after_reaching_max_tool_calls_is_ended_by_its_tak
     assert server.calls == [("add", {"a": 2, "b": 3})]
 
 
-def dies_during(name: str, server: ToolServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker dies while its call of `name` is in flight (the server has it): the call is abandoned and the
-    run stops without an end, as a killed worker's would."""
+def dies_during(
+    name: str, server: ToolServer, monkeypatch: pytest.MonkeyPatch, expected: dict[str, Any] | None = None
+) -> None:
+    """The worker dies while its call of `name` (with `expected` arguments) is in flight (the server has it): the
+    call is abandoned and the run stops without an end, as a killed worker's would."""
     call = McpCaller.call
 
     async def dying(self: McpCaller, target: McpServer, tenant: str, tool: str, arguments: str) -> str:
         if tool != name:
             return await call(self, target, tenant, tool, arguments)
         flight = asyncio.create_task(call(self, target, tenant, tool, arguments))
-        await until(lambda: (name, {}) in server.calls)
+        await until(lambda: (name, expected or {}) in server.calls)
         monkeypatch.setattr(McpCaller, "call", call)  # the next worker lives
         flight.cancel()
         raise RuntimeError("the worker died")
@@ -243,3 +245,50 @@ async def test_a_cancel_of_a_run_that_died_in_a_call_closes_the_call(
     call = final["output"][1]
     assert call["type"] == "mcp_call" and call["status"] == "incomplete"
     assert len(runner.jobs) == 1 and server.calls == [("slow", {})]
+
+
+async def approval_of_a_call(client: httpx.AsyncClient, server: ToolServer, runner: FakeRunner) -> dict[str, Any]:
+    """An approval request for `add` (every call needs one); the body of its approval, to send in background."""
+    tool = {"type": "mcp", "server_label": "calc", "server_url": server.url}
+    rounds(runner, ADD)
+    asked = (await client.post("/v1/responses", json={"input": "2 + 3?", "tools": [tool]})).json()
+    request = asked["output"][-1]
+    assert request["type"] == "mcp_approval_request", asked
+    approval = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    return {"input": [approval], "previous_response_id": asked["id"], "tools": [tool], "background": True}
+
+
+@pytest.mark.parametrize("dies", ["before the round is recorded", "during the approved call"])
+async def test_an_approved_call_is_made_by_the_takeover_only_if_no_run_began_it(
+    client: httpx.AsyncClient,
+    app_runtime: Runtime,
+    runner: FakeRunner,
+    server: ToolServer,
+    monkeypatch: pytest.MonkeyPatch,
+    dies: str,
+) -> None:
+    approved = await approval_of_a_call(client, server, runner)
+    if dies == "during the approved call":
+        dies_during("add", server, monkeypatch, {"a": 2, "b": 3})
+    else:
+        approved_round = ToolLoop.approved_round
+
+        def dying(self: ToolLoop, assembler: Any) -> Any:
+            monkeypatch.setattr(ToolLoop, "approved_round", approved_round)  # the takeover lives
+            raise RuntimeError("the worker died")
+
+        monkeypatch.setattr(ToolLoop, "approved_round", dying)
+    rounds(runner, "The sum is in.", "The sum is in.")
+    live = asyncio.create_task(client.post("/v1/responses", json={**approved, "stream": True}))
+    if dies == "during the approved call":
+        await until(lambda: ("add", {"a": 2, "b": 3}) in server.calls)
+    await take_over(app_runtime)
+    final = assert_well_formed_stream(parse_sse((await asyncio.wait_for(live, 30)).text))
+    assert final["status"] == "completed", final
+    call, message = final["output"]
+    assert call["type"] == "mcp_call" and message["type"] == "message"
+    assert server.calls == [("add", {"a": 2, "b": 3})], "made once: by the takeover, or by the run that died"
+    if dies == "during the approved call":
+        assert call["status"] == "failed" and call["error"]["message"] == STOPPED
+    else:
+        assert call["status"] == "completed" and call["output"] == "5"
