@@ -40,6 +40,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         ids=ids,
         announced=job.announced,
         mcp_tools=dict(job.mcp["tools"]) if job.mcp else None,
+        prefill_only=job.sampling.prefill_only,
     )
 
 
