@@ -278,7 +278,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
         try:
             runtime.slots.acquire(tenant)
         except RateLimited as error:  # the tenant's requests hold every slot: this create is refused
-            return await send({"type": "error", "status": error.status_code, **error.body()})
+            return await send(session.refuse(create, error))
         try:
             with idle.busy():
                 async with aclosing(session.run(create)) as events:

@@ -207,6 +207,12 @@ class ResponsesSocketSession:
         check_combination(request)
         return request
 
+    def refuse(self, create: SocketCreate, error: ApiError) -> dict[str, Any]:
+        """The error answering an admitted create that cannot run (the tenant's requests hold every slot): it names
+        the create, and a continuation forgets what it continued, as any failed one does."""
+        self._forget(create.about)
+        return error_event(error, create.about)
+
     def _forget(self, about: ClientEvent) -> None:
         """A failed continuation forgets what it continued: continuing it again is previous_response_not_found,
         whether it is the one kept or the one running now (which is then not kept when it ends)."""

@@ -321,10 +321,11 @@ def test_a_create_on_a_connection_is_refused_while_the_tenants_requests_hold_eve
     ):
         busy.send_text(json.dumps({"type": "response.create", "input": "long"}))
         assert json.loads(busy.receive_text())["type"] == "response.created"
-        other.send_text(json.dumps({"type": "response.create", "input": "refused"}))
+        other.send_text(json.dumps({"type": "response.create", "input": "refused", "event_id": "e7", "stream_id": "l"}))
         refused = json.loads(other.receive_text())
         assert refused["type"] == "error" and refused["status"] == 429, refused
-        assert refused["error"]["code"] == "rate_limit_exceeded"
+        assert refused["error"]["code"] == "rate_limit_exceeded" and refused["stream_id"] == "l"
+        assert refused["error"]["message"].startswith("In reply to 'response.create' (event_id 'e7'): ")
         assert until_terminal(busy)[-1]["type"] == "response.completed"
         # The connection stays open and its next create runs once a slot is free.
         assert well_formed(create(other, input="now"))["status"] == "completed"
