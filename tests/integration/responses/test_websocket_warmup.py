@@ -54,3 +54,24 @@ def test_a_warm_up_then_a_chained_turn_reads_the_context_from_the_cache(
     assert turn["output"][0]["content"][0]["text"]
     if store:
         assert client.responses.retrieve(warm["id"]).output == []
+
+
+def test_codex_s_warm_up_then_a_turn_with_no_new_input(client: openai.OpenAI, model: str) -> None:
+    """Codex CLI's shape: the turn's whole request with `generate: false`, then the same request with
+    previous_response_id naming the warm-up and only what is new as input: nothing (an empty list)."""
+    fields = {"model": model, "instructions": "You are a coding agent.", "store": False}
+    user = [{"type": "message", "role": "user", "content": f"{RULES} Say which rule is the third."}]
+    with client.responses.connect() as connection:
+        warm = assert_well_formed_stream(
+            socket_exchange(connection, input=user, generate=False, **fields), union=SOCKET_EVENT
+        )
+        turn = assert_well_formed_stream(
+            socket_exchange(
+                connection, input=[], previous_response_id=warm["id"], temperature=0, max_output_tokens=16, **fields
+            ),
+            union=SOCKET_EVENT,
+        )
+    # The same prompt: all of it is read from the cache but its last token (whose logits start the answer).
+    assert turn["usage"]["input_tokens"] == warm["usage"]["input_tokens"]
+    assert turn["usage"]["input_tokens_details"]["cached_tokens"] == warm["usage"]["input_tokens"] - 1
+    assert turn["output"][0]["content"][0]["text"]

@@ -118,6 +118,18 @@ def test_generate_false_reads_the_context_and_answers_with_no_output(setup: Setu
         assert stored.json() == warm
 
 
+def test_a_turn_with_no_new_input_continues_a_warm_up(setup: Setup) -> None:
+    # Codex CLI's shape: the warm-up carries the turn's input, the turn itself only what is new (nothing).
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        warm = well_formed(create(socket, input="say hello", instructions="Be an agent.", store=False, generate=False))
+        turn = well_formed(
+            create(socket, input=[], instructions="Be an agent.", store=False, previous_response_id=warm["id"])
+        )
+        assert [message.content for message in setup.renderer.rendered[-1]] == ["Be an agent.", "say hello"]
+        assert setup.runner.jobs[-1].prompt_tokens == setup.runner.jobs[-2].prompt_tokens
+        assert turn["status"] == "completed" and turn["output"][0]["type"] == "message"
+
+
 def until_event(socket: Any, kind: str) -> list[dict]:
     """What the socket sends up to (and with) the first event of `kind`."""
     events: list[dict] = []
