@@ -87,8 +87,11 @@ class ResponseAssembler:
         announced: bool = False,
         mcp_tools: dict[str, str] | None = None,
         mcp_approvals: set[str] | None = None,
+        prefill_only: bool = False,
     ) -> None:
         self.response = response
+        #: A warm-up (`generate: false`): the model says nothing, and the output is empty (no empty message).
+        self._prefill_only = prefill_only
         #: Offered functions that are MCP servers' tools: name -> server_label (their calls are this server's).
         self._mcp_tools = mcp_tools or {}
         #: Those of them whose calls wait for the client's approval (an mcp_approval_request, not a call).
@@ -403,7 +406,7 @@ class ResponseAssembler:
             # A cut output may end in the start of a call tag: markup, not text.
             cut_tag = held_back(self._raw) if self._functions and status != "completed" else 0
             events += self._send_text(len(self._raw) - cut_tag)
-        if self._message is None and not calls and not self.rounds:
+        if self._message is None and not calls and not self.rounds and not self._prefill_only:
             events += self._open_message()
         if self._message is not None:
             events += self._close_message(status)

@@ -269,7 +269,7 @@ class LlamaEngine:
         budget = self.n_ctx - len(prompt)
         if request.sampling.max_output_tokens is not None:
             budget = min(budget, request.sampling.max_output_tokens)
-        if request.cancelled.is_set() or budget <= 0:
+        if request.cancelled.is_set() or (budget <= 0 and not request.sampling.prefill_only):
             reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
@@ -374,6 +374,10 @@ class LlamaEngine:
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
         for slot, index in sampled:
+            assert slot.request is not None
+            if slot.request.sampling.prefill_only:  # its prompt's cells are computed: nothing to sample
+                self._finish(slot, "stop")
+                continue
             # Only requests that asked for logprobs read the logits row here (a copy, taken before sampling).
             logits = self._logits_row(index) if slot.top_logprobs is not None else None
             self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index), logits)

@@ -29,6 +29,9 @@ class SamplingParams:
     #: A takeover: the prompt's last N tokens are the output an earlier run wrote. They go through the sampler
     #: (its grammar's state, its penalties) before it samples, as if this run had sampled them.
     resumed_output_tokens: int = 0
+    #: A warm-up (WebSocket `generate: false`): the prompt is read into a sequence, so that its cells stay in the
+    #: prefix cache for the turn chained on it, and nothing is sampled (Finish "stop", no output tokens).
+    prefill_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         announced=job.announced,
         mcp_tools=dict(job.mcp["tools"]) if job.mcp else None,
         mcp_approvals=set(job.mcp.get("approvals", [])) if job.mcp else None,
+        prefill_only=job.sampling.prefill_only,
     )
 
 

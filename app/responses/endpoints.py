@@ -278,7 +278,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
         try:
             runtime.slots.acquire(tenant, (await runtime.policy.limits_of(tenant)).max_concurrent_requests)
         except ApiError as error:  # the tenant's requests hold every slot (or its limits are unreadable): refused
-            return await send({"type": "error", "status": error.status_code, **error.body()})
+            return await send(session.refuse(create, error))
         try:
             with idle.busy():
                 async with aclosing(session.run(create)) as events:

@@ -164,9 +164,11 @@ async def prepare_response(
     *,
     response_id: str | None = None,
     job_class: JobClass | None = None,
+    generate: bool = True,
 ) -> PreparedResponse:
     """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
-    stored or generated here. `job_class`: where its job waits (default: by the request, see below)."""
+    stored or generated here. `job_class`: where its job waits (default: by the request, see below). `generate`:
+    False for a warm-up, whose job only reads the prompt into the model's cache (WebSocket `generate: false`)."""
     context = rendered.context
     tools = context.tools
     params = _params_of(request, settings, context.model)
@@ -191,6 +193,7 @@ async def prepare_response(
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
             top_logprobs=params.top_logprobs if request.wants_logprobs else None,
+            prefill_only=not generate,
         ),
         response=response.model_dump(mode="json"),
         store=params.store,

@@ -34,14 +34,16 @@ async def prepare(
     connection: ConnectionChain | None = None,
     response_id: str | None = None,
     job_class: JobClass | None = None,
+    generate: bool = True,
 ) -> PreparedResponse:
     """Everything that can fail with a 400 happens here, before the response is stored. `response_id`: the id
     fixed beforehand (a batch line's, so that the line runs once); default: a new one. `job_class`: "batch" for a
-    batch line (it waits behind every other job); default: by the request."""
+    batch line (it waits behind every other job); default: by the request. `generate`: False for a warm-up (the
+    prompt read into the model's cache, no output)."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
     return await prepare_response(
-        request, rendered, tenant, runtime.settings, response_id=response_id, job_class=job_class
+        request, rendered, tenant, runtime.settings, response_id=response_id, job_class=job_class, generate=generate
     )
 
 

@@ -30,10 +30,11 @@ from app.schemas.parsing import parse_json_object
 logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
-#: Envelope fields of a WebSocket `response.create` that are not create parameters. NOTE: `event_id` (a client's
-#: own id for the event, as the Realtime API has it) is not in the SDK's ResponseCreate; it is taken so that an
-#: error can name the event it answers.
-ENVELOPE_FIELDS = frozenset({"type", "stream_id", "stream", "event_id"})
+#: Envelope fields of a WebSocket `response.create` that are not create parameters (`generate` is WebSocket-only:
+#: the SDK's POST /v1/responses params have no such field). NOTE: `event_id` (a client's own id for the event, as
+#: the Realtime API has it) is not in the SDK's ResponseCreate; it is taken so that an error can name the event it
+#: answers.
+ENVELOPE_FIELDS = frozenset({"type", "stream_id", "stream", "event_id", "generate"})
 #: Statuses whose response a later `previous_response_id` on this connection may continue.
 CONTINUABLE_STATUSES = frozenset({"completed", "incomplete"})
 #: Where a client event names a response: a create (or a steer) the one it continues, others the one they act on.
@@ -109,6 +110,9 @@ class SocketCreate:
 
     request: CreateResponseRequest
     about: ClientEvent
+    #: False: a warm-up (`generate: false`): its context is read into the model's cache, and its Response has no
+    #: output; a later turn continues it (previous_response_id) with that prefix cached.
+    generate: bool = True
 
 
 def _socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any]:
@@ -172,7 +176,8 @@ class ResponsesSocketSession:
         try:
             payload = parse_json_object(message, self.runtime.settings)
             about = ClientEvent.of(payload)
-            return SocketCreate(self._parse_create(payload), about)
+            request = self._parse_create(payload)
+            return SocketCreate(request, about, generate=payload.get("generate") is not False)
         except ApiError as error:
             self._forget(about)
             raise EventRefused(error_event(error, about)) from None
@@ -189,18 +194,24 @@ class ResponsesSocketSession:
             raise InvalidRequest(
                 "background is not supported in WebSocket mode.", param="background", code="unsupported_parameter"
             )
-        if payload.get("generate") is False:
+        if "generate" in payload and not isinstance(payload["generate"], bool):
             raise InvalidRequest(
-                "generate: false is not supported by this server yet.", param="generate", code="unsupported_parameter"
+                "Invalid type for 'generate': expected a boolean.", param="generate", code="invalid_type"
             )
         if "event_id" in payload and not isinstance(payload["event_id"], str):
             raise InvalidRequest(
                 "Invalid value for 'event_id': it must be a string.", param="event_id", code="invalid_value"
             )
-        fields = {key: value for key, value in payload.items() if key not in ENVELOPE_FIELDS and key != "generate"}
+        fields = {key: value for key, value in payload.items() if key not in ENVELOPE_FIELDS}
         request = parse_create_payload({**fields, "stream": True}, self.runtime.settings)
         check_combination(request)
         return request
+
+    def refuse(self, create: SocketCreate, error: ApiError) -> dict[str, Any]:
+        """The error answering an admitted create that cannot run (the tenant's requests hold every slot): it names
+        the create, and a continuation forgets what it continued, as any failed one does."""
+        self._forget(create.about)
+        return error_event(error, create.about)
 
     def _forget(self, about: ClientEvent) -> None:
         """A failed continuation forgets what it continued: continuing it again is previous_response_not_found,
@@ -220,7 +231,7 @@ class ResponsesSocketSession:
         try:
             # Each response.create counts as a request, as an HTTP create does (its tokens when it is submitted).
             await self.runtime.limits.admit_request(self.tenant)
-            prepared = await self._prepare(create.request)
+            prepared = await self._prepare(create)
             self._running, self._running_forgotten = prepared.response.id, False
             events = await open_stream(self.runtime, prepared, self.tenant)
             try:
@@ -253,8 +264,10 @@ class ResponsesSocketSession:
             self._running = None
         self._remember(prepared, final)
 
-    async def _prepare(self, request: CreateResponseRequest) -> PreparedResponse:
-        return await service.prepare(request, self.tenant, self.runtime, connection=self._last)
+    async def _prepare(self, create: SocketCreate) -> PreparedResponse:
+        return await service.prepare(
+            create.request, self.tenant, self.runtime, connection=self._last, generate=create.generate
+        )
 
     def _remember(self, prepared: PreparedResponse, final: dict[str, Any] | None) -> None:
         """Keep the response for a continuation when it finished well, nothing else holds it (store: false), and

@@ -197,7 +197,8 @@ class CompactionItem(BaseModel):
     type: Literal["compaction"] = "compaction"
     id: ClientId | None = None
     encrypted_content: str = Field(min_length=1)
-    created_by: str | None = None
+    # NOTE: left out when unset rather than null: the SDK takes either, the Open Responses schema only the first.
+    created_by: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class McpListedTool(BaseModel):

@@ -111,6 +111,8 @@ class FakeRun:
 
     async def outputs(self) -> AsyncIterator[GenerationOutput]:
         budget = min(self.job.sampling.max_output_tokens or len(self.reply), len(self.reply))
+        if self.job.sampling.prefill_only:  # a warm-up reads its prompt and says nothing
+            budget = 0
         if self.crash_after == 0:  # dies in prefill, before any text
             await asyncio.sleep(self.delay_s)
             raise RuntimeError("the fake worker died")
@@ -128,7 +130,7 @@ class FakeRun:
         if self.cancelled:
             reason = "cancelled"
         else:
-            reason = "length" if budget < len(self.reply) else "stop"
+            reason = "length" if budget < len(self.reply) and not self.job.sampling.prefill_only else "stop"
         yield Finish(reason, len(self.job.prompt_tokens), 0, self.produced)  # type: ignore[arg-type]
 
 

@@ -188,6 +188,32 @@ def test_counts_logprobs_and_websocket_mode_across_nodes(cluster: Cluster) -> No
     assert settled.usage is not None and settled.usage.output_tokens < 4000
 
 
+def test_a_websocket_warm_up_runs_on_the_worker_that_then_serves_its_chain(cluster: Cluster) -> None:
+    client = cluster.client(cluster.api_b)
+    model = model_of(client)
+    rules = " ".join(f"Rule {number}: keep the gate number {number} shut at night." for number in range(24))
+    with client.responses.connect() as connection:
+        fields = {"model": model, "instructions": "You guard a castle.", "store": False}
+        warm = assert_well_formed_stream(
+            socket_exchange(connection, input=rules, generate=False, **fields), union=SOCKET_EVENT
+        )
+        assert warm["status"] == "completed" and warm["output"] == [] and warm["usage"]["output_tokens"] == 0
+        turn = assert_well_formed_stream(
+            socket_exchange(
+                connection,
+                input="Which gate is first?",
+                previous_response_id=warm["id"],
+                temperature=0,
+                max_output_tokens=16,
+                **fields,
+            ),
+            union=SOCKET_EVENT,
+        )
+    # The chain's affinity sent the turn to the worker whose cache the warm-up filled: all of the warm-up's
+    # prompt but the assistant turn's opening (3 tokens here), where the turn has its new input.
+    assert turn["usage"]["input_tokens_details"]["cached_tokens"] >= warm["usage"]["input_tokens"] - 3
+
+
 def test_cancel_stops_the_worker_within_about_a_token(cluster: Cluster) -> None:
     a = cluster.client(cluster.api_a)
     created = a.responses.create(

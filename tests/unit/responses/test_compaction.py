@@ -44,6 +44,8 @@ async def test_compact_keeps_user_messages_and_seals_the_rest(
     *kept, item = reply.json()["output"]
     assert [message["content"][0]["text"] for message in kept] == ["My name is Ada.", "I like tea."]
     assert item["type"] == "compaction" and item["id"].startswith("cmp_")
+    # No `created_by: null`: the Open Responses schema takes the field absent or a string (the SDK takes both).
+    assert set(item) == {"type", "id", "encrypted_content"}
     assert "quick" not in base64.urlsafe_b64decode(item["encrypted_content"]).decode(errors="replace")
     # The model was asked for the summary after the whole context (the same prefix as the conversation).
     asked = renderer.rendered[-1]

@@ -85,7 +85,7 @@ def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setu
             ({"input": "x"}, "type"),
             ({"type": "response.create", "input": "x", "background": True}, "background"),
             ({"type": "response.create", "input": "x", "temperature": 9}, "temperature"),
-            ({"type": "response.create", "input": "x", "generate": False}, "generate"),
+            ({"type": "response.create", "input": "x", "generate": "no"}, "generate"),
             ({"type": "response.create", "input": "x", "previous_response_id": "resp_gone"}, "previous_response_id"),
         ]
         for message, param in cases:
@@ -94,6 +94,40 @@ def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setu
             assert error["type"] == "error" and error["error"]["param"] == param, error
             assert set(error["error"]) == {"message", "type", "param", "code"} and error["stream_id"] == "s"
         assert well_formed(create(socket, input="still here"))["status"] == "completed"
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_generate_false_reads_the_context_and_answers_with_no_output(setup: Setup, store: bool) -> None:
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        events = create(socket, input="a long system of rules", store=store, generate=False)
+        warm = well_formed(events)
+        assert [event["type"] for event in events] == ["response.created", "response.in_progress", "response.completed"]
+        assert warm["status"] == "completed" and warm["output"] == []
+        usage = warm["usage"]
+        assert usage["output_tokens"] == 0 and usage["input_tokens"] == usage["total_tokens"] > 0
+        job = setup.runner.jobs[-1]
+        assert job.sampling.prefill_only and job.prompt_tokens
+        # The turn chained on it reads the warm-up's input first, and generates.
+        turn = well_formed(create(socket, input="now answer", store=store, previous_response_id=warm["id"]))
+        assert [message.content for message in setup.renderer.rendered[-1]] == ["a long system of rules", "now answer"]
+        assert turn["output"][0]["content"][0]["text"].startswith("the quick")
+        assert not setup.runner.jobs[-1].sampling.prefill_only
+    stored = setup.client.get(f"/v1/responses/{warm['id']}")
+    assert stored.status_code == (200 if store else 404)
+    if store:
+        assert stored.json() == warm
+
+
+def test_a_turn_with_no_new_input_continues_a_warm_up(setup: Setup) -> None:
+    # Codex CLI's shape: the warm-up carries the turn's input, the turn itself only what is new (nothing).
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        warm = well_formed(create(socket, input="say hello", instructions="Be an agent.", store=False, generate=False))
+        turn = well_formed(
+            create(socket, input=[], instructions="Be an agent.", store=False, previous_response_id=warm["id"])
+        )
+        assert [message.content for message in setup.renderer.rendered[-1]] == ["Be an agent.", "say hello"]
+        assert setup.runner.jobs[-1].prompt_tokens == setup.runner.jobs[-2].prompt_tokens
+        assert turn["status"] == "completed" and turn["output"][0]["type"] == "message"
 
 
 def until_event(socket: Any, kind: str) -> list[dict]:
@@ -299,10 +333,11 @@ def test_a_create_on_a_connection_is_refused_while_the_tenants_requests_hold_eve
     ):
         busy.send_text(json.dumps({"type": "response.create", "input": "long"}))
         assert json.loads(busy.receive_text())["type"] == "response.created"
-        other.send_text(json.dumps({"type": "response.create", "input": "refused"}))
+        other.send_text(json.dumps({"type": "response.create", "input": "refused", "event_id": "e7", "stream_id": "l"}))
         refused = json.loads(other.receive_text())
         assert refused["type"] == "error" and refused["status"] == 429, refused
-        assert refused["error"]["code"] == "rate_limit_exceeded"
+        assert refused["error"]["code"] == "rate_limit_exceeded" and refused["stream_id"] == "l"
+        assert refused["error"]["message"].startswith("In reply to 'response.create' (event_id 'e7'): ")
         assert until_terminal(busy)[-1]["type"] == "response.completed"
         # The connection stays open and its next create runs once a slot is free.
         assert well_formed(create(other, input="now"))["status"] == "completed"
