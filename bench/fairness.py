@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,28 +45,42 @@ def create(http: httpx.Client, key: str, tokens: int, **fields: Any) -> dict[str
     return body
 
 
-def output_times(http: httpx.Client, tokens: int) -> tuple[list[float], float]:
-    """B's streamed create: seconds from its send to each output text delta, and to its end."""
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class StreamTimes:
+    """B's streamed create, in seconds from its send."""
+
+    #: To `response.in_progress`: embedded mode sends it once the job holds one of the model's places.
+    started: float
+    #: To each output text delta.
+    deltas: list[float]
+    end: float
+
+
+def output_times(http: httpx.Client, tokens: int) -> StreamTimes:
+    """B's streamed create, timed."""
+    sent = time.perf_counter()
+    started: float | None = None
     deltas: list[float] = []
     body = {"input": PROMPT, "max_output_tokens": tokens, "temperature": 0, "stream": True}
     headers = {"authorization": f"Bearer {KEYS[1]}"}
     with http.stream("POST", "/v1/responses", json=body, headers=headers) as reply:
         reply.raise_for_status()
         for line in reply.iter_lines():
+            if started is None and line.startswith("data:") and '"response.in_progress"' in line:
+                started = time.perf_counter() - sent
             if line.startswith("data:") and '"response.output_text.delta"' in line:
-                deltas.append(time.perf_counter() - started)
+                deltas.append(time.perf_counter() - sent)
             # 16 tokens may cut the answer short (incomplete): its end all the same, not the connection's close.
             if line.startswith("data:") and ('"response.completed"' in line or '"response.incomplete"' in line):
                 break
-    assert deltas, "no output text"
-    return deltas, time.perf_counter() - started
+    assert started is not None and deltas, "no output text"
+    return StreamTimes(started, deltas, time.perf_counter() - sent)
 
 
 def timed_foreground(http: httpx.Client, tokens: int) -> tuple[float, float]:
     """B's streamed create: (seconds to its first output token, seconds to its end)."""
-    deltas, end = output_times(http, tokens)
-    return deltas[0], end
+    times = output_times(http, tokens)
+    return times.deltas[0], times.end
 
 
 def statuses(http: httpx.Client, ids: list[str]) -> dict[str, int]:

@@ -53,15 +53,18 @@ def loaded_round(
     thread.start()
     time.sleep(delay)
     b_sent = time.perf_counter()
-    deltas, end = output_times(http, tokens)
+    times = output_times(http, tokens)
+    deltas = times.deltas
     after = statuses(http, ids)
     thread.join()
     cancel_all(http, ids)
     a_first = long_first[0] - (b_sent - started)  # from B's send, as B's figures
     return {
         "b_sent_after_a_s": b_sent - started,
+        # B's wait for one of the model's places, then the rest of its first token's wait: in the engine.
+        "b_started_s": times.started,
         "b_first_token_s": deltas[0],
-        "b_end_s": end,
+        "b_end_s": times.end,
         "b_gaps_s": gaps(deltas),
         # The steps that read a chunk of A's prompt beside the decode: the goal's "one decode step".
         "b_gaps_beside_prefill_s": gaps([delta for delta in deltas if delta <= a_first]),
@@ -81,8 +84,8 @@ def measure(backlog: int, long_words: int, tokens: int, rounds: int, delay: floa
             loaded = [loaded_round(http, backlog, long_words, tokens, delay, seed) for seed in range(1, rounds + 1)]
     finally:
         server.stop()
-    first_alone = statistics.median(deltas[0] for deltas, _ in alone)
-    step_alone = statistics.median(gap for deltas, _ in alone for gap in gaps(deltas))
+    first_alone = statistics.median(times.deltas[0] for times in alone)
+    step_alone = statistics.median(gap for times in alone for gap in gaps(times.deltas))
     first_loaded = statistics.median(round_["b_first_token_s"] for round_ in loaded)
     # Steps beside A's prefill where B had any (B admitted while A's prompt was read), else B's loaded steps.
     beside = [gap for round_ in loaded for gap in round_["b_gaps_beside_prefill_s"]]
@@ -100,7 +103,8 @@ def measure(backlog: int, long_words: int, tokens: int, rounds: int, delay: floa
         "yardstick_s": yardstick,
         "b_first_token_loaded_s": first_loaded,
         "goal_ratio": first_loaded / yardstick,
-        "b_end_alone_s": statistics.median(end for _, end in alone),
+        "b_started_loaded_s": statistics.median(round_["b_started_s"] for round_ in loaded),
+        "b_end_alone_s": statistics.median(times.end for times in alone),
         "b_end_loaded_s": statistics.median(round_["b_end_s"] for round_ in loaded),
         "b_before_a_rounds": sum(
             round_["b_first_token_s"] < round_["a_first_token_after_b_sent_s"] for round_ in loaded
@@ -128,6 +132,7 @@ def main() -> None:
     )
     rounds = result["loaded"]
     print(
+        f"B's wait for a place (to response.in_progress) {result['b_started_loaded_s']:.2f} s of its first token's; "
         f"B's end {result['b_end_alone_s']:.2f} s alone -> {result['b_end_loaded_s']:.2f} s loaded; "
         f"B first before A's long prompt in {result['b_before_a_rounds']} of {args.rounds} rounds; "
         f"B's decode steps beside A's prefill {result['b_steps_beside_prefill']} (0: the step is B's after it); "
