@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,21 +45,42 @@ def create(http: httpx.Client, key: str, tokens: int, **fields: Any) -> dict[str
     return body
 
 
-def timed_foreground(http: httpx.Client, tokens: int) -> tuple[float, float]:
-    """B's streamed create: (seconds to its first output token, seconds to its end)."""
-    started = time.perf_counter()
-    first: float | None = None
+@dataclass(frozen=True)
+class StreamTimes:
+    """B's streamed create, in seconds from its send."""
+
+    #: To `response.in_progress`: embedded mode sends it once the job holds one of the model's places.
+    started: float
+    #: To each output text delta.
+    deltas: list[float]
+    end: float
+
+
+def output_times(http: httpx.Client, tokens: int) -> StreamTimes:
+    """B's streamed create, timed."""
+    sent = time.perf_counter()
+    started: float | None = None
+    deltas: list[float] = []
     body = {"input": PROMPT, "max_output_tokens": tokens, "temperature": 0, "stream": True}
     headers = {"authorization": f"Bearer {KEYS[1]}"}
     with http.stream("POST", "/v1/responses", json=body, headers=headers) as reply:
         reply.raise_for_status()
         for line in reply.iter_lines():
-            if first is None and line.startswith("data:") and '"response.output_text.delta"' in line:
-                first = time.perf_counter() - started
-            if line.startswith("data:") and '"response.completed"' in line:
+            if started is None and line.startswith("data:") and '"response.in_progress"' in line:
+                started = time.perf_counter() - sent
+            if line.startswith("data:") and '"response.output_text.delta"' in line:
+                deltas.append(time.perf_counter() - sent)
+            # 16 tokens may cut the answer short (incomplete): its end all the same, not the connection's close.
+            if line.startswith("data:") and ('"response.completed"' in line or '"response.incomplete"' in line):
                 break
-    assert first is not None, "no output text"
-    return first, time.perf_counter() - started
+    assert started is not None and deltas, "no output text"
+    return StreamTimes(started, deltas, time.perf_counter() - sent)
+
+
+def timed_foreground(http: httpx.Client, tokens: int) -> tuple[float, float]:
+    """B's streamed create: (seconds to its first output token, seconds to its end)."""
+    times = output_times(http, tokens)
+    return times.deltas[0], times.end
 
 
 def statuses(http: httpx.Client, ids: list[str]) -> dict[str, int]:
@@ -76,16 +98,30 @@ def statuses(http: httpx.Client, ids: list[str]) -> dict[str, int]:
     return counts
 
 
-def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str, Any]:
+def start_server(backlog: int, directory: Path) -> ServerProcess:
+    """This checkout's embedded server, whatever `llama-responses` is installed, with the two tenants' keys."""
     env = {
         "RESPONSES_API_KEYS": ",".join(KEYS),
         "RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory / 'fairness.db'}",
         # The backlog is the point: the cap stays above it.
         "RESPONSES_MAX_QUEUED_BACKGROUND_PER_TENANT": str(backlog + 1),
     }
-    # This checkout's code, whatever `llama-responses` is installed.
-    server = ServerProcess(env, directory / "server.log", cli=Path("app.cli"), wrapper=[sys.executable, "-m"])
-    server.start()
+    return ServerProcess(env, directory / "server.log", cli=Path("app.cli"), wrapper=[sys.executable, "-m"]).start()
+
+
+def queue_backlog(http: httpx.Client, backlog: int, tokens: int) -> list[str]:
+    """Tenant A's `backlog` background creates of `tokens` tokens each: their ids."""
+    return [create(http, KEYS[0], tokens, background=True)["id"] for _ in range(backlog)]
+
+
+def cancel_all(http: httpx.Client, ids: list[str]) -> None:
+    """Cancel A's backlog: room for the next round."""
+    for response_id in ids:
+        http.post(f"/v1/responses/{response_id}/cancel", headers={"authorization": f"Bearer {KEYS[0]}"})
+
+
+def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str, Any]:
+    server = start_server(backlog, directory)
     try:
         with httpx.Client(base_url=server.base_url, timeout=600) as http:
             timed_foreground(http, tokens)  # warm-up: the model loads on first use
@@ -94,7 +130,7 @@ def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str
             left_queue: list[int] = []
             still_queued: list[int] = []
             for _ in range(rounds):
-                ids = [create(http, KEYS[0], tokens, background=True)["id"] for _ in range(backlog)]
+                ids = queue_backlog(http, backlog, tokens)
                 before = statuses(http, ids).get("queued", 0)
                 loaded.append(timed_foreground(http, tokens))
                 after = statuses(http, ids)
@@ -102,8 +138,7 @@ def measure(backlog: int, tokens: int, rounds: int, directory: Path) -> dict[str
                 still_queued.append(after.get("queued", 0))
                 if before < backlog // 2:
                     print(f"note: only {before} of A's {backlog} were still queued when B's create was sent")
-                for response_id in ids:  # make room for the next round
-                    http.post(f"/v1/responses/{response_id}/cancel", headers={"authorization": f"Bearer {KEYS[0]}"})
+                cancel_all(http, ids)
     finally:
         server.stop()
     ttft_alone, ttft_loaded = (statistics.median(first for first, _ in runs) for runs in (alone, loaded))
