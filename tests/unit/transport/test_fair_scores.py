@@ -4,60 +4,24 @@ in order, whatever order they were enqueued in."""
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
-import pytest
-from arq import func
-from arq.connections import ArqRedis, create_pool
-from arq.worker import Worker
+from arq.connections import ArqRedis
 
 from app.generation.job import GenerationJob, JobClass
 from app.generation.types import SamplingParams
 from app.transport.fair_scores import BAND_ROUNDS, band_base_ms
-from app.transport.redis_queue import GENERATE_TASK, ArqQueue, model_queue, redis_settings
+from app.transport.redis_queue import ArqQueue, model_queue
+from tests.unit.transport.arq_runs import run_queue
 
-REDIS_URL = os.environ.get("RESPONSES_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 MODEL = "fair-model"
 SHORT = {"interactive": "int", "background": "bg", "batch": "batch"}
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[ArqRedis]:
-    made = await create_pool(redis_settings(REDIS_URL))
-    await made.flushdb()
-    yield made
-    await made.flushdb()
-    await made.aclose()
 
 
 def job(tenant: str, job_class: JobClass, number: int) -> GenerationJob:
     sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=4)
     name = f"resp_{tenant}_{SHORT[job_class]}{number}"
     return GenerationJob(name, [1], sampling, {}, True, False, tenant=tenant, model=MODEL, job_class=job_class)
-
-
-async def taken_order(pool: ArqRedis) -> list[str]:
-    """What an arq worker taking one job at a time runs, in order (it reads the queue as arq's poll does)."""
-    ran: list[str] = []
-
-    async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-        ran.append(payload["response_id"])
-
-    worker = Worker(
-        functions=[func(generate, name=GENERATE_TASK)],
-        redis_pool=pool,
-        queue_name=model_queue(MODEL),
-        burst=True,
-        max_jobs=1,
-        poll_delay=0,
-        handle_signals=False,
-        keep_result=0,
-    )
-    await worker.main()
-    return ran
 
 
 async def test_jobs_are_taken_by_class_then_tenants_in_turn(pool: ArqRedis) -> None:
@@ -79,7 +43,7 @@ async def test_jobs_are_taken_by_class_then_tenants_in_turn(pool: ArqRedis) -> N
         score = scores[item.response_id.encode()]
         assert band_base_ms(item.job_class) <= score < band_base_ms(item.job_class) + BAND_ROUNDS
     # A tie (two tenants' jobs of one round) goes by id, as Redis sorts equal scores.
-    assert await taken_order(pool) == [
+    assert await run_queue(pool, MODEL, max_jobs=1) == [
         "resp_a_int0",
         "resp_b_int0",
         "resp_a_int1",
@@ -102,7 +66,7 @@ async def test_a_tenant_behind_a_backlog_waits_for_one_job_of_it(pool: ArqRedis)
     await pool.zrem(model_queue(MODEL), *served)
     await queue.enqueue(job("b", "background", 0))
     await queue.enqueue(job("b", "background", 1))
-    order = await taken_order(pool)
+    order = await run_queue(pool, MODEL, max_jobs=1)
     assert order[:4] == ["resp_a_bg10", "resp_b_bg0", "resp_a_bg11", "resp_b_bg1"]
     assert order[4:] == [f"resp_a_bg{number}" for number in range(12, 50)]
 
@@ -111,7 +75,7 @@ async def test_an_empty_queue_starts_the_next_job_at_the_last_round(pool: ArqRed
     queue = ArqQueue(pool)
     for number in range(3):
         await queue.enqueue(job("a", "background", number))
-    assert len(await taken_order(pool)) == 3
+    assert len(await run_queue(pool, MODEL, max_jobs=1)) == 3
     # Everything was served: the next jobs start after the last round handed out, a's past backlog held against
     # neither a nor a newcomer (b's joins the round of a's, the one being served).
     await queue.enqueue(job("a", "background", 3))
@@ -119,7 +83,7 @@ async def test_an_empty_queue_starts_the_next_job_at_the_last_round(pool: ArqRed
     scores = dict(await pool.zrange(model_queue(MODEL), 0, -1, withscores=True))
     base = band_base_ms("background")
     assert scores == {b"resp_a_bg3": base + 3, b"resp_b_bg0": base + 3}
-    assert await taken_order(pool) == ["resp_a_bg3", "resp_b_bg0"]
+    assert await run_queue(pool, MODEL, max_jobs=1) == ["resp_a_bg3", "resp_b_bg0"]
     # With the queue empty again, a newcomer starts at the highest round, not at 0 (behind nobody, before nobody).
     await queue.enqueue(job("c", "background", 0))
     assert await pool.zscore(model_queue(MODEL), "resp_c_bg0") == base + 3
@@ -131,4 +95,4 @@ async def test_a_requeued_job_is_scored_fairly_too(pool: ArqRedis) -> None:
         await queue.enqueue(job("a", "background", number))
     await queue.requeue(job("b", "interactive", 0), None)
     await queue.requeue(job("a", "background", 0), "worker_gone")
-    assert await taken_order(pool) == ["resp_b_int0", "resp_a_bg1", "resp_a_bg2", "resp_a_bg0"]
+    assert await run_queue(pool, MODEL, max_jobs=1) == ["resp_b_int0", "resp_a_bg1", "resp_a_bg2", "resp_a_bg0"]

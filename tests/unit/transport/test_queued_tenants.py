@@ -4,57 +4,21 @@ and the index that names the tenants shrinks with the queue."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-from arq import func
-from arq.connections import ArqRedis, create_pool
+from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
-from arq.worker import Worker
 
 from app.generation.job import GenerationJob, JobClass
 from app.generation.types import SamplingParams
 from app.transport.queued_tenants import index_key
-from app.transport.redis_queue import GENERATE_TASK, ArqQueue, model_queue, redis_settings
+from app.transport.redis_queue import ArqQueue, model_queue
+from tests.unit.transport.arq_runs import run_queue
 
-REDIS_URL = os.environ.get("RESPONSES_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 MODELS = ("small", "big")
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[ArqRedis]:
-    made = await create_pool(redis_settings(REDIS_URL))
-    await made.flushdb()
-    yield made
-    await made.flushdb()
-    await made.aclose()
 
 
 def job(name: str, tenant: str, job_class: JobClass, model: str = "small") -> GenerationJob:
     sampling = SamplingParams(temperature=0, top_p=1, max_output_tokens=4)
     return GenerationJob(name, [1], sampling, {}, True, False, tenant=tenant, model=model, job_class=job_class)
-
-
-async def run_all(pool: ArqRedis, model: str) -> list[str]:
-    """What an arq worker of `model` runs until its queue is empty."""
-    ran: list[str] = []
-
-    async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-        ran.append(payload["response_id"])
-
-    worker = Worker(
-        functions=[func(generate, name=GENERATE_TASK)],
-        redis_pool=pool,
-        queue_name=model_queue(model),
-        burst=True,
-        poll_delay=0,
-        handle_signals=False,
-        keep_result=0,
-    )
-    await worker.main()
-    return ran
 
 
 async def test_waiting_jobs_are_counted_by_tenant_and_class_across_the_models(pool: ArqRedis) -> None:
@@ -88,7 +52,7 @@ async def test_taken_and_gone_jobs_are_not_counted_and_leave_the_index(pool: Arq
     assert await pool.zcard(index_key(model_queue("small"))) == 3  # resp_a1's entry is dropped
     await pool.delete(in_progress_key_prefix + "resp_a0")
 
-    assert sorted(await run_all(pool, "small")) == ["resp_a0", "resp_a2", "resp_b0"]
+    assert sorted(await run_queue(pool, "small")) == ["resp_a0", "resp_a2", "resp_b0"]
     assert await queue.queued_by_tenant(MODELS) == {}
     assert await pool.zcard(index_key(model_queue("small"))) == 0
 
@@ -97,7 +61,7 @@ async def test_the_index_is_trimmed_as_the_queue_is_served_without_a_scrape(pool
     queue = ArqQueue(pool)
     for number in range(5):
         await queue.enqueue(job(f"resp_a{number}", "project:a", "background"))
-    await run_all(pool, "small")
+    await run_queue(pool, "small")
     await queue.enqueue(job("resp_next", "project:b", "background"))
     # Every entry below the oldest job left in the band went with the enqueue: only the new one is named.
     assert await pool.zrange(index_key(model_queue("small")), 0, -1) == [b"resp_next project:b"]
