@@ -1,6 +1,7 @@
 """The Open Responses compliance suite (vendored at ../shared/openresponses, run on Node with tsx) against the
-embedded server and the shipped model: every test passes but image input (the model reads text only), and where
-a test asks the tiny model to stop on its own or to choose a tool, only the model may fail it."""
+shipped model, embedded and distributed (an API node and a worker on Postgres and Redis): every test passes but
+image input (the model reads text only), and where a test asks the tiny model to stop on its own or to choose a
+tool, only the model may fail it."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 
-from app.testing.databases import sqlite_url
-from app.testing.servers import ServerProcess
+from app.testing.cluster import Cluster
+from app.testing.databases import fresh_postgres_database, sqlite_url
+from app.testing.servers import ServerProcess, run_cli, wait_until_ready
 
 pytestmark = pytest.mark.integration
 
@@ -65,23 +69,53 @@ MODEL_VERDICTS = (
 RUN_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="module")
-def suite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+#: The servers the suite runs against: the shipped model, capped and greedy.
+SUITE_ENV = {
+    # The suite sends no max_output_tokens: capped, a rambling answer ends in seconds, not at the context's end;
+    # 64 lets the model end "Count from 1 to 5." on its own (at 32 it was cut, and the suite wants `completed`).
+    "RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS": "64",
+    "RESPONSES_DEFAULT_TEMPERATURE": "0",
+    "RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS": "48",
+    # One llama.cpp thread: two on two cores contend with node and the test runner in their spin-waits, and a
+    # WebSocket turn could miss the suite's 30 s.
+    "RESPONSES_N_THREADS": "1",
+}
+DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/9"
+
+
+@dataclass(frozen=True)
+class SuiteTarget:
+    """The API node the suite talks to, and the logs of every process behind it."""
+
+    server: ServerProcess
+    logs: list[Path]
+
+
+@pytest.fixture(scope="module", params=["embedded", "distributed"])
+def suite_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SuiteTarget]:
+    """Embedded (SQLite, in-process generation), or distributed (an API node and a worker on Postgres and Redis)."""
     directory = tmp_path_factory.mktemp("openresponses")
-    env = {
-        "RESPONSES_DATABASE_URL": sqlite_url(directory),
-        # The suite sends no max_output_tokens: capped, a rambling answer ends in seconds, not at the context's end;
-        # 64 lets the model end "Count from 1 to 5." on its own (at 32 it was cut, and the suite wants `completed`).
-        "RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS": "64",
-        "RESPONSES_DEFAULT_TEMPERATURE": "0",
-        "RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS": "48",
-        # One llama.cpp thread: two on two cores contend with node and the test runner in their spin-waits, and a
-        # WebSocket turn could miss the suite's 30 s.
-        "RESPONSES_N_THREADS": "1",
-    }
-    server = ServerProcess(env, directory / "server.log").start()
-    yield server
-    server.stop()
+    if request.param == "embedded":
+        server = ServerProcess({**SUITE_ENV, "RESPONSES_DATABASE_URL": sqlite_url(directory)}, directory / "server.log")
+        try:
+            yield SuiteTarget(server.start(), [server.log_path])
+        finally:
+            server.stop()
+        return
+    redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
+    with redis.Redis.from_url(redis_url) as connection:
+        connection.flushdb()
+    with fresh_postgres_database() as database_url:
+        cluster = Cluster(database_url, redis_url, directory, dict(SUITE_ENV))
+        migrated = run_cli(["migrate"], cluster.env())
+        assert migrated.returncode == 0, migrated.stderr
+        try:
+            api = cluster.api()
+            cluster.worker()
+            wait_until_ready(api.base_url)
+            yield SuiteTarget(api, [process.log_path for process in cluster.processes])
+        finally:
+            cluster.stop_all()
 
 
 def run_suite(server: ServerProcess, test_ids: tuple[str, ...]) -> dict[str, dict]:
@@ -109,15 +143,16 @@ def only_the_model_failed(outcome: dict) -> bool:
     return bool(errors) and all(any(verdict.fullmatch(error) for verdict in MODEL_VERDICTS) for error in errors)
 
 
-def test_the_open_responses_suite_passes_but_for_image_input(suite_server: ServerProcess) -> None:
-    outcomes = run_suite(suite_server, HTTP_TESTS)
+def test_the_open_responses_suite_passes_but_for_image_input(suite_target: SuiteTarget) -> None:
+    outcomes = run_suite(suite_target.server, HTTP_TESTS)
     for test_id in WEBSOCKET_TESTS:
-        outcomes |= run_suite(suite_server, (test_id,))
+        outcomes |= run_suite(suite_target.server, (test_id,))
     failed = {test_id: outcome for test_id, outcome in outcomes.items() if outcome["status"] != "passed"}
     not_the_model = {
         test_id: outcome.get("errors") for test_id, outcome in failed.items() if not only_the_model_failed(outcome)
     }
     assert not not_the_model, json.dumps(not_the_model, indent=2)
     assert not set(failed) & set(PROTOCOL_TESTS), failed
-    log = suite_server.log_path.read_text()
-    assert "Traceback" not in log, log
+    for log_path in suite_target.logs:
+        log = log_path.read_text()
+        assert "Traceback" not in log, log
