@@ -122,47 +122,54 @@ def _cutoff(days: float) -> datetime:
     return utc_now() - timedelta(days=days)
 
 
-async def purge_ended_batches(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
-    """Delete batches that ended and were created more than `retention_days` ago, in batches; how many. Never one
-    still moving (validating, in_progress, finalizing, cancelling). 0 days keeps everything."""
+async def _purge_created_before(
+    database: Database,
+    retention_days: float,
+    what: str,
+    purge: Callable[[AsyncSession, datetime], Awaitable[int]],
+) -> int:
+    """Run `purge(session, created_before)` in batches for rows older than `retention_days`; how many it deleted.
+    0 days keeps everything."""
     if retention_days <= 0:
         return 0
     created_before = _cutoff(retention_days)
-    total = await _in_batches(
-        database, lambda session: batches.purge_ended(session, created_before=created_before, limit=batch)
-    )
+    total = await _in_batches(database, lambda session: purge(session, created_before))
     if total:
-        logger.info("purged %d ended batches past their retention", total)
+        logger.info("purged %d %s past their retention", total, what)
     return total
+
+
+async def purge_ended_batches(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
+    """Delete batches that ended and were created more than `retention_days` ago, in batches; how many. Never one
+    still moving (validating, in_progress, finalizing, cancelling). 0 days keeps everything."""
+    return await _purge_created_before(
+        database,
+        retention_days,
+        "ended batches",
+        lambda session, before: batches.purge_ended(session, created_before=before, limit=batch),
+    )
 
 
 async def purge_batch_files(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
     """Delete the output and error files batches wrote more than `retention_days` ago, with their bytes, in
     batches; how many. Uploaded files are kept until deleted. 0 days keeps everything."""
-    if retention_days <= 0:
-        return 0
-    created_before = _cutoff(retention_days)
-    total = await _in_batches(
+    return await _purge_created_before(
         database,
-        lambda session: files.purge_files(session, purpose=OUTPUT_PURPOSE, created_before=created_before, limit=batch),
+        retention_days,
+        "batch output files",
+        lambda session, before: files.purge_files(session, purpose=OUTPUT_PURPOSE, created_before=before, limit=batch),
     )
-    if total:
-        logger.info("purged %d batch output files past their retention", total)
-    return total
 
 
 async def purge_finished_deliveries(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
     """Delete delivered and given-up webhook deliveries created more than `retention_days` ago, in batches; how
     many. A pending one stays however old (its retry window gives it up first). 0 days keeps everything."""
-    if retention_days <= 0:
-        return 0
-    created_before = _cutoff(retention_days)
-    total = await _in_batches(
-        database, lambda session: webhooks.delete_finished(session, created_before=created_before, limit=batch)
+    return await _purge_created_before(
+        database,
+        retention_days,
+        "finished webhook deliveries",
+        lambda session, before: webhooks.delete_finished(session, created_before=before, limit=batch),
     )
-    if total:
-        logger.info("purged %d finished webhook deliveries past their retention", total)
-    return total
 
 
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
