@@ -1,4 +1,10 @@
-"""Talking to one MCP server (the official `mcp` SDK's streamable HTTP client): list its tools, call one.
+"""Talking to one MCP server (the official `mcp` SDK's clients: streamable HTTP, or the older HTTP+SSE transport as
+a fallback): list its tools, call one.
+
+The fallback is the one the MCP specification describes for backwards compatibility: when the server answers the
+streamable handshake (its `initialize` POST) with a 4xx that says "not here" (404, 405, 400...), the same URL is
+opened as an SSE stream (GET) whose first event names where to POST. An auth refusal (401/403), a rate limit, a
+server that is down or that times out, is not a transport question: no second try.
 
 Every connection goes to the address app/outbound checked: the host is resolved once (`resolve`) and a transport
 pinned to that address carries every request (the Host header and TLS SNI keep the name), so no DNS rebinding can
@@ -18,6 +24,7 @@ from typing import Any
 
 import httpx2
 from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.outbound.addresses import AllowedHosts, IpAddress, OutboundRefused, check_url, resolve
@@ -40,6 +47,11 @@ class ListedTool:
     annotations: dict[str, Any] | None = None
 
 
+#: Answers to the streamable handshake that do not send a client to the SSE transport: the server is there and
+#: speaks it, but refuses this client (auth, rate) or did not answer in time.
+_NO_FALLBACK = frozenset({401, 403, 407, 408, 429})
+
+
 class _PinnedTransport(httpx2.AsyncBaseTransport):
     """Sends every request to `address` (checked), whatever its URL's host says: the name stays in Host and SNI."""
 
@@ -47,6 +59,8 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         self._inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
         self._address = address
         self._host = host
+        #: The status of the first answer to each method (a POST: the streamable handshake; a GET: the SSE stream).
+        self.first: dict[str, int] = {}
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.host != self._host:
@@ -55,7 +69,15 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         request.url = request.url.copy_with(host=literal)
         if request.url.scheme == "https":
             request.extensions["sni_hostname"] = self._host
-        return await self._inner.handle_async_request(request)
+        response = await self._inner.handle_async_request(request)
+        self.first.setdefault(request.method, response.status_code)
+        return response
+
+    @property
+    def wants_sse(self) -> bool:
+        """The handshake was answered with a 4xx that says this URL does not speak streamable HTTP."""
+        status = self.first.get("POST")
+        return status is not None and 400 <= status < 500 and status not in _NO_FALLBACK
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -65,6 +87,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
 async def _session(
     url: str, headers: dict[str, str], allowed: AllowedHosts, timeout_s: float
 ) -> AsyncIterator[ClientSession]:
+    """An initialised session with the server at `url`: streamable HTTP, else (see the module's doc) SSE."""
     try:
         target = check_url(url, allowed)
         address = await resolve(target, allowed)
@@ -72,13 +95,69 @@ async def _session(
         raise McpFailed(str(error)) from None
     timeout = httpx2.Timeout(timeout_s)
     transport = _PinnedTransport(address, target.host)
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport, trust_env=False) as http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
-    ):
-        await session.initialize()
-        yield session
+    initialized = False
+    try:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport, trust_env=False) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
+        ):
+            await session.initialize()
+            initialized = True
+            yield session
+            return
+    except asyncio.CancelledError:
+        raise
+    except BaseException as error:
+        if initialized or not isinstance(error, Exception | BaseExceptionGroup):
+            raise
+        handshake = transport.first.get("POST")
+        if not transport.wants_sse:
+            if handshake is not None and handshake >= 400:  # the SDK says only "an error response"
+                raise McpFailed(f"The MCP server answered the handshake with HTTP {handshake}.") from None
+            raise
+    # The same checked address, a fresh pinned transport (the first one closed with its client).
+    sse_transport = _PinnedTransport(address, target.host)
+    headers_sent = headers
+
+    def pinned_client(
+        headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
+    ) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers={**headers_sent, **(headers or {})},
+            timeout=timeout or httpx2.Timeout(timeout_s),
+            auth=auth,
+            transport=sse_transport,
+            trust_env=False,
+        )
+
+    initialized = False
+    try:
+        async with (
+            sse_client(url, timeout=timeout_s, sse_read_timeout=timeout_s, httpx_client_factory=pinned_client) as (
+                read,
+                write,
+            ),
+            ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
+        ):
+            await session.initialize()
+            initialized = True
+            yield session
+    except asyncio.CancelledError:
+        raise
+    except BaseException as error:
+        stream = sse_transport.first.get("GET")
+        if (
+            initialized
+            or stream is None
+            or 200 <= stream < 300
+            or not isinstance(error, Exception | BaseExceptionGroup)
+        ):
+            raise
+        raise McpFailed(
+            f"The URL speaks neither MCP transport: the streamable HTTP handshake was answered "
+            f"{transport.first['POST']}, the SSE stream {stream}."
+        ) from None
 
 
 def _describe(error: BaseException) -> str:

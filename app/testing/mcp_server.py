@@ -1,5 +1,6 @@
-"""A real MCP server (the `mcp` SDK's MCPServer, streamable HTTP) on a loopback port, for tests: a few tools, and
-what the server saw (the method and headers of each request, the calls made, the calls stopped)."""
+"""A real MCP server (the `mcp` SDK's MCPServer, streamable HTTP or the older HTTP+SSE transport) on a loopback
+port, for tests: a few tools, and what the server saw (the method and headers of each request, the calls made, the
+calls stopped); and an HTTP server that speaks neither."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
@@ -74,13 +76,11 @@ class _Recording:
 
 
 @asynccontextmanager
-async def tool_server() -> AsyncIterator[ToolServer]:
-    """Serves the tools on 127.0.0.1 (a free port) while the block runs; `.url` is its endpoint."""
+async def _serving(app: ASGIApp) -> AsyncIterator[int]:
+    """Serves `app` on 127.0.0.1 (a free port, yielded) while the block runs."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    state = ToolServer(f"http://127.0.0.1:{port}/mcp")
-    app = _Recording(_tools(state).streamable_http_app(), state)
+    port = int(sock.getsockname()[1])
     # No log_config and no log_level: uvicorn would reconfigure the process's uvicorn.* loggers (levels, handlers,
     # propagation), and every later test that reads access lines would find none.
     config = uvicorn.Config(app, log_config=None, log_level=None, lifespan="on", timeout_graceful_shutdown=1)
@@ -91,11 +91,37 @@ async def tool_server() -> AsyncIterator[ToolServer]:
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)
-        yield state
+        yield port
     finally:
         server.should_exit = True
         await task
         sock.close()
+
+
+@asynccontextmanager
+async def tool_server(transport: Literal["streamable", "sse"] = "streamable") -> AsyncIterator[ToolServer]:
+    """Serves the tools on 127.0.0.1 (a free port) while the block runs; `.url` is its endpoint (`/mcp`, or the
+    SSE stream's `/sse`, whose first event names where messages are POSTed)."""
+    state = ToolServer("")
+    tools = _tools(state)
+    app = tools.streamable_http_app() if transport == "streamable" else tools.sse_app()
+    async with _serving(_Recording(app, state)) as port:
+        state.url = f"http://127.0.0.1:{port}/{'mcp' if transport == 'streamable' else 'sse'}"
+        yield state
+
+
+@asynccontextmanager
+async def plain_http_server(status: int = 404) -> AsyncIterator[ToolServer]:
+    """An HTTP server that is no MCP server (it answers every request with `status`), recording what it got."""
+    state = ToolServer("")
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await PlainTextResponse(f"status {status}", status_code=status)(scope, receive, send)
+
+    async with _serving(_Recording(refuse, state)) as port:
+        state.url = f"http://127.0.0.1:{port}/mcp"
+        yield state
 
 
 def closed_port_url() -> str:

@@ -1,5 +1,6 @@
-"""The MCP client against a real server on loopback: the address checked and pinned, bounds kept, failures
-reported as McpFailed (never raised past it); and a request's mcp tools parsed and redacted."""
+"""The MCP client against a real server on loopback (streamable HTTP, or SSE as the fallback): the address checked
+and pinned, bounds kept, failures reported as McpFailed (never raised past it); and a request's mcp tools parsed and
+redacted."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from app.mcp.client import McpFailed, call_tool, list_tools
 from app.mcp.servers import McpServer, McpSetup, parse_request_servers, redacted
 from app.outbound.addresses import AllowedHosts
 from app.secrets.sealer import ContentSealer
-from app.testing.mcp_server import tool_server
+from app.testing.mcp_server import plain_http_server, tool_server
 
 LOOPBACK = AllowedHosts.parse("127.0.0.1")
 
@@ -54,6 +55,47 @@ async def test_bounds_fail_the_call_not_the_caller() -> None:
         with pytest.raises(McpFailed) as failed:
             await call_tool(server.url, {}, "broken", {}, allowed=LOOPBACK, timeout_s=5, max_output_bytes=100)
         assert failed.value.execution
+
+
+async def test_a_server_that_speaks_only_sse_is_used_through_the_sse_client() -> None:
+    async with tool_server("sse") as server:
+        named = server.url.replace("127.0.0.1", "localhost")
+        allowed = AllowedHosts.parse("localhost")
+        tools = await list_tools(named, {"x-test": "1"}, allowed=allowed, timeout_s=5)
+        assert {tool.name for tool in tools} == {"add", "echo", "slow", "broken"}
+        # The streamable handshake (a POST to the stream's URL) was refused; then the stream, then its messages.
+        assert server.methods[:2] == ["POST", "GET"] and set(server.methods[2:]) == {"POST"}
+        assert all(request["host"].startswith("localhost:") for request in server.headers), "the name kept in Host"
+        assert all(request.get("x-test") == "1" for request in server.headers), "the headers on every request"
+        output = await call_tool(named, {}, "add", {"a": 1, "b": 2}, allowed=allowed, timeout_s=5, max_output_bytes=9)
+        assert output == "3" and server.calls == [("add", {"a": 1, "b": 2})]
+
+
+async def test_the_sse_fallback_keeps_the_guard_and_the_bounds() -> None:
+    async with tool_server("sse") as server:
+        with pytest.raises(McpFailed, match="not public"):
+            await list_tools(server.url, {}, allowed=AllowedHosts(), timeout_s=5)
+        assert server.headers == []
+        server.slow_s = 5
+        with pytest.raises(McpFailed, match=r"within 0\.5 s"):
+            await call_tool(server.url, {}, "slow", {}, allowed=LOOPBACK, timeout_s=0.5, max_output_bytes=100)
+        with pytest.raises(McpFailed, match="more than 10 bytes"):
+            await call_tool(
+                server.url, {}, "echo", {"text": "x" * 11}, allowed=LOOPBACK, timeout_s=5, max_output_bytes=10
+            )
+
+
+async def test_a_server_that_speaks_neither_transport_fails_clearly() -> None:
+    async with plain_http_server() as server:
+        with pytest.raises(McpFailed, match=r"neither MCP transport.*answered 404, the SSE stream 404"):
+            await list_tools(server.url, {"authorization": "Bearer secret"}, allowed=LOOPBACK, timeout_s=5)
+        assert server.methods == ["POST", "GET"]
+    # A refusal of this client (auth) is not a transport question: no second try, and no header in the message.
+    async with plain_http_server(401) as server:
+        with pytest.raises(McpFailed) as failed:
+            await list_tools(server.url, {"authorization": "Bearer secret"}, allowed=LOOPBACK, timeout_s=5)
+        assert "401" in str(failed.value) and "secret" not in str(failed.value)
+        assert server.methods == ["POST"]
 
 
 def test_request_servers_are_parsed_sealed_and_redacted() -> None:

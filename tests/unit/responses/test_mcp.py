@@ -14,7 +14,7 @@ import pytest
 
 from app.config import Settings
 from app.testing.fakes import FakeRenderer, FakeRunner
-from app.testing.mcp_server import ToolServer, closed_port_url, tool_server
+from app.testing.mcp_server import ToolServer, closed_port_url, plain_http_server, tool_server
 from app.testing.sse import parse_sse
 from tests.protocol import assert_error, assert_well_formed_stream
 
@@ -142,6 +142,33 @@ async def test_a_server_that_is_down_fails_the_listing_and_the_response(
     (listing,) = final["output"]
     assert listing["type"] == "mcp_list_tools" and listing["error"] and listing["tools"] == []
     assert "response.mcp_list_tools.failed" in [event["type"] for event in events]
+    assert runner.jobs == [], "the model never ran"
+
+
+async def test_an_sse_only_server_is_listed_and_called(client: httpx.AsyncClient, runner: FakeRunner) -> None:
+    rounds(runner, ADD, "5.")
+    async with tool_server("sse") as sse:
+        tool = {"type": "mcp", "server_label": "old", "server_url": sse.url, "require_approval": "never"}
+        reply = await client.post("/v1/responses", json={"input": "2 + 3?", "tools": [tool], "stream": True})
+    final = assert_well_formed_stream(parse_sse(reply.text))
+    assert final["status"] == "completed"
+    listing, call, _ = final["output"]
+    assert listing["error"] is None and {tool["name"] for tool in listing["tools"]} >= {"add"}
+    assert call["status"] == "completed" and call["output"] == "5"
+    assert sse.calls == [("add", {"a": 2, "b": 3})]
+
+
+async def test_a_server_that_speaks_neither_transport_fails_the_listing(
+    client: httpx.AsyncClient, runner: FakeRunner
+) -> None:
+    async with plain_http_server() as plain:
+        tool = {"type": "mcp", "server_label": "web", "server_url": plain.url, "require_approval": "never"}
+        reply = await client.post("/v1/responses", json={"input": "hi", "tools": [tool]})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["status"] == "failed" and "neither MCP transport" in body["error"]["message"]
+    (listing,) = body["output"]
+    assert listing["type"] == "mcp_list_tools" and "neither MCP transport" in listing["error"]
     assert runner.jobs == [], "the model never ran"
 
 
