@@ -23,6 +23,7 @@ from app.items.normalization import check_call_outputs, normalize_input
 from app.items.paging import stored_item_page
 from app.items.references import resolve_references
 from app.items.repository import CONVERSATION_ITEMS
+from app.mcp.approvals import approved_calls
 from app.quotas.stored_bytes import charge_stored_bytes, json_size
 from app.runtime import Runtime
 from app.schemas.items import CALL_OUTPUT_TYPES, STORED_ITEM, InputItem, Item
@@ -42,10 +43,12 @@ async def _stored_items(
 ) -> list[dict[str, Any]]:
     """Input items as a conversation keeps them, checked as a create's input is (errors name `items[i]`):
     normalised, references resolved, each tool call output answering a call (in `history`, the conversation's
-    items, or among them), compactions verified."""
+    items, or among them), each mcp_approval_response answering an mcp_approval_request no other answered (the
+    next response on the conversation makes an approved call), compactions verified."""
     items = normalize_input(entries, param="items")
     await resolve_references(runtime.database, items, tenant, param="items")
     check_call_outputs(history, items, param="items")
+    approved_calls([item for turn in history for item in (*turn.input_items, *turn.output_items)], items, "items")
     check_compactions(runtime.sealer, tenant, items, "items")
     return items
 
@@ -99,11 +102,13 @@ async def add_items(
     includes: frozenset[str] = frozenset(),
 ) -> ConversationItemList:
     """Append items by hand; they are in the context of the next response on the conversation."""
-    # A reference may name an output too.
-    answers_calls = any(entry.type in CALL_OUTPUT_TYPES or entry.type == "item_reference" for entry in entries)
+    # A reference may name an output (or an approval) too.
+    answers = CALL_OUTPUT_TYPES | {"item_reference", "mcp_approval_response"}
+    answers_calls = any(entry.type in answers for entry in entries)
     async with runtime.database.read() as session:
         await _owned(session, conversation_id, tenant)
-        # The calls that outputs may answer are the conversation's: read only when an output needs them.
+        # The calls (and approval requests) that outputs (and approvals) may answer are the conversation's: read
+        # only when an item needs them.
         history = [Turn(await repository.all_items(session, conversation_id), [])] if answers_calls else []
     stored = await _stored_items(runtime, entries, tenant, history)
     async with runtime.database.transaction() as session:

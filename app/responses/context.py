@@ -225,8 +225,11 @@ async def gather_context(
     await resolve_references(runtime.database, items, tenant, param="input")
     history = await _load_history(runtime, request, tenant, connection)
     check_call_outputs(history.turns, items)
+    # A conversation's approvals added with its items API are this response's to make (a chain's never wait).
     approved = approved_calls(
-        [item for turn in history.turns for item in (*turn.input_items, *turn.output_items)], items
+        [item for turn in history.turns for item in (*turn.input_items, *turn.output_items)],
+        items,
+        pending_earlier="conversation" if history.conversation is not None else None,
     )
     # The request's own items count as history for the listings: a stateless client resends them.
     listed = [*history.turns, Turn(input_items=items, output_items=())]

@@ -68,6 +68,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.generation",
         "app.ids",
         "app.items",
+        "app.mcp",
         "app.quotas",
         "app.runtime",
         "app.schemas",

@@ -337,3 +337,84 @@ async def test_bad_approval_responses_are_400s(
         reply = await client.post("/v1/responses", json={"tools": tools, **body})
         assert_error(reply, 400, param=param)
     assert server.calls == []
+
+
+async def add_items(client: httpx.AsyncClient, conversation: str, *items: dict[str, Any]) -> httpx.Response:
+    return await client.post(f"/v1/conversations/{conversation}/items", json={"items": list(items)})
+
+
+async def test_an_approval_added_as_a_conversation_item_is_made_by_the_next_response(
+    client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
+) -> None:
+    conversation = (await client.post("/v1/conversations", json={})).json()["id"]
+    rounds(runner, ADD)
+    first = await create(client, input="2 + 3?", tools=[mcp_tool(server)], conversation=conversation)
+    request = first["output"][-1]
+    added = await add_items(client, conversation, approval(request["id"]))
+    assert added.status_code == 200, added.text
+    assert server.calls == [], "adding the approval calls nothing"
+    # Answered once: not again as an item, nor in a create's input.
+    again = await add_items(client, conversation, {"role": "user", "content": "x"}, approval(request["id"]))
+    assert_error(again, 400, param="items[1].approval_request_id", code="invalid_value")
+    reply = await client.post(
+        "/v1/responses",
+        json={"input": [approval(request["id"])], "tools": [mcp_tool(server)], "conversation": conversation},
+    )
+    assert_error(reply, 400, param="input[0].approval_request_id", code="invalid_value")
+    # The approved call needs its tool offered.
+    reply = await client.post("/v1/responses", json={"input": [], "tools": [], "conversation": conversation})
+    assert_error(reply, 400, param="conversation", code="invalid_value")
+    assert server.calls == []
+    rounds(runner, "The sum is 5.")
+    second = await create(client, input=[], tools=[mcp_tool(server)], conversation=conversation)
+    assert second["status"] == "completed"
+    call, message = second["output"]
+    assert call["type"] == "mcp_call" and call["approval_request_id"] == request["id"] and call["output"] == "5"
+    assert message["content"][0]["text"] == "The sum is 5."
+    assert server.calls == [("add", {"a": 2, "b": 3})]
+    call_text = render_call("add", ADD_ARGUMENTS)
+    assert prompt_text(runner).endswith(f"{call_text} end user {render_call_output('5')} end assistant ")
+    # The call is in the conversation now: the next response does not make it again.
+    rounds(runner, "Still 5.")
+    third = await create(client, input="Sure?", tools=[mcp_tool(server)], conversation=conversation)
+    assert [item["type"] for item in third["output"]] == ["message"]
+    assert server.calls == [("add", {"a": 2, "b": 3})]
+
+
+async def test_a_denial_added_as_a_conversation_item_calls_nothing(
+    client: httpx.AsyncClient, runner: FakeRunner, renderer: FakeRenderer, server: ToolServer
+) -> None:
+    conversation = (await client.post("/v1/conversations", json={})).json()["id"]
+    rounds(runner, ADD)
+    first = await create(client, input="2 + 3?", tools=[mcp_tool(server)], conversation=conversation)
+    added = await add_items(client, conversation, approval(first["output"][-1]["id"], approve=False, reason="no"))
+    assert added.status_code == 200, added.text
+    rounds(runner, "Fine.")
+    second = await create(client, input="And now?", tools=[], conversation=conversation)
+    assert [item["type"] for item in second["output"]] == ["message"]
+    assert server.calls == []
+    assert renderer.rendered[-1][-2].content == render_call_output(denial("no"))
+
+
+async def test_bad_approvals_added_as_conversation_items_are_400s(
+    client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
+) -> None:
+    conversation = (await client.post("/v1/conversations", json={})).json()["id"]
+    other = (await client.post("/v1/conversations", json={})).json()["id"]
+    rounds(runner, ADD)
+    first = await create(client, input="2 + 3?", tools=[mcp_tool(server)], conversation=conversation)
+    request_id = first["output"][-1]["id"]
+    chained = await request_approval(client, runner, server)  # a request of a chain, in no conversation
+    cases: list[tuple[str, list[dict[str, Any]], str]] = [
+        (conversation, [approval("mcpr_unknown")], "items[0].approval_request_id"),
+        (other, [approval(request_id)], "items[0].approval_request_id"),
+        (conversation, [approval(chained["output"][1]["id"])], "items[0].approval_request_id"),
+        (conversation, [approval(request_id), approval(request_id)], "items[1].approval_request_id"),
+        (conversation, [{"type": "mcp_approval_response", "approve": True}], "items[0].approval_request_id"),
+    ]
+    for target, items, param in cases:
+        assert_error(await add_items(client, target, *items), 400, param=param)
+    listed = (await client.get(f"/v1/conversations/{conversation}/items")).json()["data"]
+    assert "mcp_approval_response" not in [item["type"] for item in listed], "nothing half-written"
+    assert (await client.get(f"/v1/conversations/{other}/items")).json()["data"] == []
+    assert server.calls == []
