@@ -93,6 +93,8 @@ class ResponseAssembler:
         self._mcp_approvals = mcp_approvals or set()
         #: A round asked for approvals: the response ends after it.
         self.awaits_approval = False
+        #: A round called client tools beside MCP ones: the response ends after its MCP calls, with these.
+        self.client_calls: list[ClientCall] = []
         #: Tool rounds so far (see mcp_round): their items went into `_leading`.
         self.rounds = 0
         #: Where item and call ids come from: a takeover replays the ids the first run gave out.
@@ -300,7 +302,9 @@ class ResponseAssembler:
         parsed = self._parsed_calls(completed)
         if not self._parallel_tool_calls:
             parsed = parsed[:1]
-        return call_items(parsed, self._functions, self._custom_tools, self._ids)
+        # An MCP tool's call is never the client's (a cut one is dropped: it was not made).
+        client = [call for call in parsed if call.name not in self._mcp_tools]
+        return call_items(client, self._functions, self._custom_tools, self._ids)
 
     # The end -------------------------------------------------------------------------------------------
 
@@ -328,7 +332,9 @@ class ResponseAssembler:
         if self._phase == "reasoning":  # cut off while reasoning
             events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
         events += close_open_calls(self._leading, self._next)
-        calls = self._calls(completed=status == "completed")
+        # A round's client calls (see mcp_round) end the response, unless it was cancelled.
+        kept = self.client_calls if status != "cancelled" else []
+        calls = [*kept, *self._calls(completed=status == "completed")]
         if self._calls_from is None:
             # A cut output may end in the start of a call tag: markup, not text.
             cut_tag = held_back(self._raw) if self._functions and status != "completed" else 0
@@ -380,18 +386,23 @@ class ResponseAssembler:
     # MCP tool rounds -----------------------------------------------------------------------------------
 
     def mcp_round(self) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
-        """The model ended its turn calling MCP tools, and only those: its reasoning and text close, its calls
-        open (in progress), and the next round starts empty. Returns the events, the calls, and the round's
-        text (which continues the prompt); None when this turn was not such a call (finish() ends it)."""
+        """The model ended its turn calling MCP tools: its reasoning and text close, its MCP calls open (in
+        progress), and the next round starts empty. Returns the events, the calls, and the round's text (which
+        continues the prompt); None when this turn called no MCP tool (finish() ends it).
+
+        A turn that called client tools (functions, custom tools) too keeps those in `client_calls`: the response
+        makes its MCP calls, then ends with them (as function_call items after the mcp_calls) for the client."""
         if not self._mcp_tools or self._phase == "reasoning":
             return None
         if self._phase == "undecided":
             self._phase = "answer"
         parsed = self._parsed_calls(completed=True)
-        if not parsed or any(call.name not in self._mcp_tools for call in parsed):
-            return None
         if not self._parallel_tool_calls:
             parsed = parsed[:1]
+        if not any(call.name in self._mcp_tools for call in parsed):
+            return None
+        client = [call for call in parsed if call.name not in self._mcp_tools]
+        parsed = [call for call in parsed if call.name in self._mcp_tools]
         events: list[ResponseEvent] = []
         if self._message is not None:
             events += self._close_message("completed")
@@ -403,6 +414,7 @@ class ResponseAssembler:
         ]
         opening, calls = self.open_calls(wanted)
         events += opening
+        self.client_calls = call_items(client, self._functions, self._custom_tools, self._ids)
         text = self._raw
         self._raw, self._phase = "", "undecided" if self._tags else "answer"
         self._reasoning, self._message, self._calls_from = None, None, None

@@ -343,7 +343,7 @@ class JobExecution:
                 await self.tools.close_stopped(self._outlet())
         except LeaseLost:
             return
-        if self.tools is not None and self.tools.exhausted:  # an earlier run reached max_tool_calls, then died
+        if self.tools is not None and self.tools.ends_after(self.assembler):  # an earlier run's last round, then died
             self._ended = True
             await self._close(self.tools.total(Finish("stop", 0, 0, 0)))
             return

@@ -188,15 +188,21 @@ class ToolLoop:
             outlet.progress.pieces.append(call_entry(ended))
             await outlet.emit(outlet.assembler.mcp_call_done(ended))
             await outlet.record()
-        if run.cancelled or self.exhausted or outlet.assembler.awaits_approval:
-            # Ends here (a cancel, a call over the limit, or calls that wait for approval): with what the rounds
-            # used, and no more output.
+        if run.cancelled or self.ends_after(outlet.assembler):
+            # Ends here (a cancel, a call over the limit, calls that wait for approval, or client calls that wait
+            # for their outputs): with what the rounds used, and no more output.
             return self.total(replace(finish, reason="cancelled" if run.cancelled else "stop"))
         job = await self.next_round(runner, finish, text, done)
         run.run = runner.start(job)
         if run.cancelled:  # a cancel that came while the run started
             run.run.cancel()
         return None
+
+    def ends_after(self, assembler: ResponseAssembler) -> bool:
+        """The response ends after its last round (and a takeover after the recorded ones): a call was refused
+        for the limit, a call waits for the client's approval, or the model called client tools beside MCP ones
+        (the response ends with those, for the client to run; its function_call_output goes on from there)."""
+        return self.exhausted or assembler.awaits_approval or bool(assembler.client_calls)
 
     async def next_round(
         self, runner: ModelRunner, finish: Finish, text: str, calls: list[StoredMcpCall]
