@@ -171,13 +171,17 @@ async def test_a_run_that_died_after_reaching_max_tool_calls_is_ended_by_its_tak
     assert server.calls == [("add", {"a": 2, "b": 3})]
 
 
+@pytest.mark.parametrize("approval", ["never", "always"])
 async def test_a_run_that_died_after_a_round_with_client_calls_is_ended_by_its_takeover_with_them(
     client: httpx.AsyncClient,
     app_runtime: Runtime,
     runner: FakeRunner,
     server: ToolServer,
     monkeypatch: pytest.MonkeyPatch,
+    approval: str,
 ) -> None:
+    """The round's MCP call made (or, `always`, asked for approval) and its function call waiting for the client:
+    the takeover ends the response with them, without asking the model again."""
     function = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
     lookup = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
     rounds(runner, f"{ADD} {lookup}", "never said")
@@ -189,15 +193,20 @@ async def test_a_run_that_died_after_a_round_with_client_calls_is_ended_by_its_t
 
     monkeypatch.setattr(JobExecution, "_close", dies_at_the_end)
     request = body(server, stream=True)
-    live = asyncio.create_task(client.post("/v1/responses", json={**request, "tools": [*request["tools"], function]}))
-    await until(lambda: len(runner.jobs) == 1 and server.calls != [])
+    request["tools"] = [{**request["tools"][0], "require_approval": approval}, function]
+    live = asyncio.create_task(client.post("/v1/responses", json=request))
+    if approval == "never":
+        await until(lambda: len(runner.jobs) == 1 and server.calls != [])
+    else:
+        await until(lambda: len(runner.jobs) == 1)
     await take_over(app_runtime)
     final = assert_well_formed_stream(parse_sse((await asyncio.wait_for(live, 30)).text))
     assert final["status"] == "completed"
-    assert [item["type"] for item in final["output"]] == ["mcp_list_tools", "mcp_call", "function_call"]
-    assert final["output"][1]["status"] == "completed" and final["output"][2]["name"] == "lookup"
+    mcp_item = "mcp_call" if approval == "never" else "mcp_approval_request"
+    assert [item["type"] for item in final["output"]] == ["mcp_list_tools", mcp_item, "function_call"]
+    assert final["output"][2]["name"] == "lookup"
     assert len(runner.jobs) == 1, "the model was not asked again"
-    assert server.calls == [("add", {"a": 2, "b": 3})]
+    assert server.calls == ([("add", {"a": 2, "b": 3})] if approval == "never" else [])
 
 
 def dies_during(

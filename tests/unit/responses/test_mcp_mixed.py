@@ -120,3 +120,15 @@ async def test_a_call_that_waits_for_approval_and_a_function_call_end_the_respon
     answer = await create(client, input=answers, tools=tools(server), previous_response_id=body["id"])
     assert [item["type"] for item in answer["output"]] == ["mcp_call", "message"]
     assert server.calls == [("add", {"a": 2, "b": 3})]
+
+
+async def test_a_cut_mcp_call_is_not_returned_as_a_function_call(
+    client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
+) -> None:
+    words = " ".join(["w"] * 30)
+    rounds(runner, f'<tool_call>{{"name": "echo", "arguments": {{"text": "{words}"}}}}</tool_call>')
+    body = await create(client, input="x", tools=tools(server), max_output_tokens=16)
+    assert body["status"] == "incomplete"
+    assert [item["type"] for item in body["output"]] == ["mcp_list_tools", "message"]
+    assert body["output"][1]["content"][0]["text"] == "", "its markup is not text either"
+    assert server.calls == []
