@@ -1,8 +1,9 @@
 """The `mcp` tool on the real model against a real MCP server on loopback, in both modes: embedded (in-process,
 SQLite) and distributed (an API node and a worker process on Postgres and Redis). A forced call whose output
-reaches the response; allowed_tools with a tool that hangs past the call timeout; a server that is down; a cancel
-during a call; and (distributed) a worker SIGKILLed in the middle of a tool loop, taken over without making a
-call again. Each response is short (forced calls, temperature 0, few output tokens)."""
+reaches the response (streamable HTTP, and an SSE-only server through the fallback); allowed_tools with a tool
+that hangs past the call timeout; a server that is down, and one that speaks neither transport; a cancel during a
+call; and (distributed) a worker SIGKILLed in the middle of a tool loop, taken over without making a call again.
+Each response is short (forced calls, temperature 0, few output tokens)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from app.jobs.tool_loop import STOPPED
 from app.main import create_app
 from app.testing.cluster import Cluster, db_rows, sigkill, worker_id
 from app.testing.databases import fresh_postgres_database, sqlite_url
-from app.testing.mcp_server import ToolServer, closed_port_url, tool_server
+from app.testing.mcp_server import ToolServer, closed_port_url, plain_http_server, tool_server
 from app.testing.servers import run_cli, wait_until_ready
 from app.testing.sse import parse_sse
 from tests.protocol import assert_well_formed_stream
@@ -150,6 +151,24 @@ async def test_a_forced_call_s_output_reaches_the_answer(client: httpx.AsyncClie
     assert final["usage"]["input_tokens"] > 0
     stored = (await client.get(f"/v1/responses/{final['id']}")).json()
     assert [item["type"] for item in stored["output"]] == kinds
+
+
+async def test_an_sse_only_server_is_called_through_the_fallback(client: httpx.AsyncClient) -> None:
+    async with tool_server("sse") as sse:
+        body = forced(sse, "add", "What is 20 + 22? Use the add tool, then answer with the number only.")
+        final = (await client.post("/v1/responses", json=body)).json()
+        assert final["output"][0]["type"] == "mcp_list_tools" and final["output"][0]["error"] is None, final
+        call = final["output"][1]
+        assert call["type"] == "mcp_call" and call["status"] == "completed", call
+        arguments = json.loads(call["arguments"])
+        assert sse.calls == [("add", arguments)] and call["output"] == str(arguments["a"] + arguments["b"])
+        assert sse.methods[:2] == ["POST", "GET"], "the streamable handshake refused, then the SSE stream"
+    async with plain_http_server() as plain:
+        tool = {"type": "mcp", "server_label": "web", "server_url": plain.url, "require_approval": "never"}
+        reply = await client.post("/v1/responses", json={"input": "hi", "tools": [tool]})
+    assert reply.status_code == 200, reply.text
+    failed = reply.json()
+    assert failed["status"] == "failed" and "neither MCP transport" in failed["output"][0]["error"], failed
 
 
 async def test_allowed_tools_and_a_tool_that_hangs_past_the_call_timeout(
