@@ -18,7 +18,7 @@ import asyncio
 import ipaddress
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,71 +93,74 @@ async def _session(
         address = await resolve(target, allowed)
     except OutboundRefused as error:
         raise McpFailed(str(error)) from None
-    timeout = httpx2.Timeout(timeout_s)
-    transport = _PinnedTransport(address, target.host)
-    initialized = False
+    async with AsyncExitStack() as stack:
+        yield await _connect(stack, url, headers, _Pinning(address, target.host), timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pinning:
+    """The checked address a connection goes to, and the host name its requests keep."""
+
+    address: IpAddress
+    host: str
+
+    def client(self, headers: dict[str, str], timeout_s: float) -> tuple[httpx2.AsyncClient, _PinnedTransport]:
+        transport = _PinnedTransport(self.address, self.host)
+        client = httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(timeout_s), transport=transport, trust_env=False
+        )
+        return client, transport
+
+
+async def _connect(
+    stack: AsyncExitStack, url: str, headers: dict[str, str], pinning: _Pinning, timeout_s: float
+) -> ClientSession:
+    """Streamable HTTP first; SSE when its handshake was answered "not here". The session's exits go on `stack`."""
+    http, streamable = pinning.client(headers, timeout_s)
     try:
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport, trust_env=False) as http,
-            streamable_http_client(url, http_client=http) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
-        ):
-            await session.initialize()
-            initialized = True
-            yield session
-            return
-    except asyncio.CancelledError:
-        raise
-    except BaseException as error:
-        if initialized or not isinstance(error, Exception | BaseExceptionGroup):
-            raise
-        handshake = transport.first.get("POST")
-        if not transport.wants_sse:
+        return await _initialize(stack, http, streamable_http_client(url, http_client=http), timeout_s)
+    except (Exception, BaseExceptionGroup):
+        handshake = streamable.first.get("POST")
+        if not streamable.wants_sse:
             if handshake is not None and handshake >= 400:  # the SDK says only "an error response"
                 raise McpFailed(f"The MCP server answered the handshake with HTTP {handshake}.") from None
             raise
-    # The same checked address, a fresh pinned transport (the first one closed with its client).
-    sse_transport = _PinnedTransport(address, target.host)
-    headers_sent = headers
+    http, sse = pinning.client(headers, timeout_s)
 
-    def pinned_client(
+    def pinned(
         headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
     ) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(
-            headers={**headers_sent, **(headers or {})},
-            timeout=timeout or httpx2.Timeout(timeout_s),
-            auth=auth,
-            transport=sse_transport,
-            trust_env=False,
-        )
+        return http  # the SDK's own client options (no headers, its timeouts) give way to ours
 
-    initialized = False
+    streams = sse_client(url, timeout=timeout_s, sse_read_timeout=timeout_s, httpx_client_factory=pinned)
     try:
-        async with (
-            sse_client(url, timeout=timeout_s, sse_read_timeout=timeout_s, httpx_client_factory=pinned_client) as (
-                read,
-                write,
-            ),
-            ClientSession(read, write, read_timeout_seconds=timeout_s) as session,
-        ):
-            await session.initialize()
-            initialized = True
-            yield session
-    except asyncio.CancelledError:
-        raise
-    except BaseException as error:
-        stream = sse_transport.first.get("GET")
-        if (
-            initialized
-            or stream is None
-            or 200 <= stream < 300
-            or not isinstance(error, Exception | BaseExceptionGroup)
-        ):
+        return await _initialize(stack, None, streams, timeout_s)
+    except (Exception, BaseExceptionGroup):
+        stream = sse.first.get("GET")
+        if stream is None or 200 <= stream < 300:
             raise
         raise McpFailed(
-            f"The URL speaks neither MCP transport: the streamable HTTP handshake was answered "
-            f"{transport.first['POST']}, the SSE stream {stream}."
+            f"The URL speaks neither MCP transport: the streamable HTTP handshake was answered {handshake}, "
+            f"the SSE stream {stream}."
         ) from None
+
+
+async def _initialize(
+    stack: AsyncExitStack,
+    http: httpx2.AsyncClient | None,
+    streams: AbstractAsyncContextManager[tuple[Any, Any]],
+    timeout_s: float,
+) -> ClientSession:
+    """A session over `streams` (and `http`, entered first when the transport does not enter it), initialised;
+    its exits handed to `stack` once it is, else every part of it closed."""
+    async with AsyncExitStack() as attempt:
+        if http is not None:
+            await attempt.enter_async_context(http)
+        read, write = await attempt.enter_async_context(streams)
+        session = await attempt.enter_async_context(ClientSession(read, write, read_timeout_seconds=timeout_s))
+        await session.initialize()
+        stack.push_async_exit(attempt.pop_all())
+        return session
 
 
 def _describe(error: BaseException) -> str:
