@@ -19,6 +19,7 @@ from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_ca
 from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.events import (
+    CompactionCompactingEvent,
     ContentPartEvent,
     ErrorEvent,
     OutputItemEvent,
@@ -33,6 +34,7 @@ from app.schemas.items import (
     MessageItem,
     OutputText,
     ReasoningText,
+    StoredCompaction,
     StoredMcpCall,
     StoredMcpListTools,
     StoredReasoning,
@@ -83,6 +85,7 @@ class ResponseAssembler:
         mcp_tools: dict[str, str] | None = None,
         mcp_approvals: set[str] | None = None,
         prefill_only: bool = False,
+        compaction_trigger: bool = False,
     ) -> None:
         self.response = response
         #: A warm-up (`generate: false`): the model says nothing, and the output is empty (no empty message).
@@ -105,6 +108,8 @@ class ResponseAssembler:
         self._encrypted_reasoning = encrypted_reasoning
         #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
         self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
+        #: The leading compaction item answers a compaction_trigger: its events say `compacting` between them.
+        self._compaction_trigger = compaction_trigger
         self._logprobs = TokenLogprobs() if logprobs else None
         self._parallel_tool_calls = parallel_tool_calls
         #: The API sent the opening events (see `opening_events`): ours follow them.
@@ -136,9 +141,16 @@ class ResponseAssembler:
             if isinstance(item, StoredMcpListTools):
                 events += list_tools_events(item, index, self._next)
                 continue
-            for kind in ("response.output_item.added", "response.output_item.done"):
-                events.append(OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item))
+            events.append(self._item_event("response.output_item.added", index, item))
+            if self._compaction_trigger and isinstance(item, StoredCompaction):
+                events.append(
+                    CompactionCompactingEvent(sequence_number=self._next(), item_id=item.id, output_index=index)
+                )
+            events.append(self._item_event("response.output_item.done", index, item))
         return events
+
+    def _item_event(self, kind: str, index: int, item: Item) -> OutputItemEvent:
+        return OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item)
 
     @property
     def _reasoning_index(self) -> int:

@@ -60,6 +60,9 @@ class GenerationJob:
     conversation_input: list[dict[str, Any]] = field(default_factory=list)
     #: Output items that exist before the model speaks (a compaction item): sent first, kept first.
     leading_items: list[dict[str, Any]] = field(default_factory=list)
+    #: Its input ended with a compaction_trigger: the stream says `response.compaction.compacting` for the
+    #: compaction item that leads its output.
+    compaction_trigger: bool = False
     #: The API already stored and sent `response.created` and `response.queued` (sequence numbers 0 and 1), so
     #: that a background stream's client knows the id before a worker takes the job; the worker's follow on.
     announced: bool = False

@@ -107,8 +107,8 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
                 reasoning = ""
                 messages.append(ChatMessage("user", render_call_output(denial(item.get("reason")))))
             continue
-        if item.get("type") == "mcp_list_tools":
-            continue  # what a server offers is in the system prompt
+        if item.get("type") in ("mcp_list_tools", "configuration_update"):
+            continue  # what a server offers is in the system prompt; a configuration change is no message
         if item.get("type") == "mcp_call":
             # The call as the model wrote it, then its result as a tool result (an error, said as one).
             messages.append(ChatMessage("assistant", reasoning + render_call(item["name"], item["arguments"])))

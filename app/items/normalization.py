@@ -12,6 +12,8 @@ from app.ids import new_id
 from app.schemas.items import (
     CALL_OUTPUT_TYPES,
     CompactionItem,
+    CompactionTriggerItem,
+    ConfigurationUpdateItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,
@@ -26,6 +28,7 @@ from app.schemas.items import (
     ReasoningItem,
     Refusal,
     StoredCompaction,
+    StoredConfigurationUpdate,
     StoredCustomToolCall,
     StoredCustomToolCallOutput,
     StoredFunctionCall,
@@ -68,11 +71,27 @@ def _message_parts(message: InputMessage, param: str) -> list[InputText | Output
     return parts
 
 
-def normalize_input(request_input: str | list[Any], param: str = "input") -> list[dict[str, Any]]:
+def _check_trigger(where: str, *, last: bool, allowed: bool) -> None:
+    if not allowed:
+        raise InvalidRequest(
+            "A compaction_trigger item is only taken as the last input item of a create.",
+            param=f"{where}.type",
+            code="unsupported_item_type",
+        )
+    if not last:
+        raise InvalidRequest(
+            "A compaction_trigger item must be the final input item.", param=where, code="invalid_value"
+        )
+
+
+def normalize_input(
+    request_input: str | list[Any], param: str = "input", *, trigger: bool = False
+) -> list[dict[str, Any]]:
     """The request's input as stored items, each with an id, in order; errors name `param[i]`, the field it came
     in (`input` of a create, `items` of a conversation).
 
-    An item_reference stays `{type: "item_reference", id}` here; references.py resolves it.
+    An item_reference stays `{type: "item_reference", id}` here; references.py resolves it. A compaction_trigger
+    (taken only with `trigger`, and only last) stays `{type: "compaction_trigger"}`: the create takes it off.
     """
     if isinstance(request_input, str):
         request_input = [InputMessage(role="user", content=request_input)]
@@ -88,11 +107,17 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
         if isinstance(entry, ItemReference):
             items.append({"type": "item_reference", "id": entry.id})
             continue
+        if isinstance(entry, CompactionTriggerItem):
+            _check_trigger(where, last=index == len(request_input) - 1, allowed=trigger)
+            items.append({"type": "compaction_trigger"})
+            continue
         item: Item
         if isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
             item = entry  # resent as they were returned, ids included
         elif isinstance(entry, McpApprovalResponseItem):
             item = StoredMcpApprovalResponse(**{**entry.model_dump(), "id": entry.id or new_id("mcpa")})
+        elif isinstance(entry, ConfigurationUpdateItem):
+            item = StoredConfigurationUpdate(**{**entry.model_dump(), "id": entry.id or new_id("cfg")})
         elif isinstance(entry, CompactionItem):
             item = StoredCompaction(**{**entry.model_dump(exclude_none=True), "id": entry.id or new_id("cmp")})
         elif isinstance(entry, CustomToolCallItem):

@@ -97,6 +97,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         mcp_tools=dict(job.mcp["tools"]) if job.mcp else None,
         mcp_approvals=set(job.mcp.get("approvals", [])) if job.mcp else None,
         prefill_only=job.sampling.prefill_only,
+        compaction_trigger=job.compaction_trigger,
     )
 
 

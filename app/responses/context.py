@@ -23,6 +23,7 @@ from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.tool_calls import FunctionSpec, template_tool
 from app.generation.types import ContextTooLong, ModelLoadError, PromptRenderer
 from app.items.compaction import open_compactions, open_history
+from app.items.context_effects import configured_effort, withheld_reasoning
 from app.items.normalization import check_call_outputs, normalize_input
 from app.items.references import resolve_references
 from app.mcp.approvals import approved_calls
@@ -32,6 +33,7 @@ from app.responses.mcp_tools import McpContext, gather_mcp, parse_servers
 from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, resolve_tools
 from app.runtime import Runtime
+from app.schemas.responses import InputTransformation
 
 #: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
 #: count): such renders run a few at a time (Runtime.heavy_renders).
@@ -177,6 +179,12 @@ class Context:
     compact_threshold: int | None
     #: The request's MCP servers, their listings and the tools they offer (None: no mcp tool).
     mcp: McpContext | None = None
+    #: Its input ended with a compaction_trigger: compact first, whatever the size.
+    compaction_trigger: bool = False
+    #: The reasoning effort a configuration_update of the context sets where the request sets none (None: none).
+    configured_effort: str | None = None
+    #: The reasoning items of the context the model does not read, and why (the Response's input_transformations).
+    input_transformations: list[InputTransformation] = field(default_factory=list)
 
     @property
     def heavy(self) -> bool:
@@ -221,7 +229,11 @@ async def gather_context(
         None if waits else request.tool_choice,
         strict=runtime.settings.strict_tools,
     )
-    items = normalize_input(request.input)
+    items = normalize_input(request.input, trigger=True)
+    # The trigger is no item of the context: the compaction item it leads to is what a response keeps of it.
+    trigger = bool(items) and items[-1]["type"] == "compaction_trigger"
+    if trigger:
+        items.pop()
     await resolve_references(runtime.database, items, tenant, param="input")
     history = await _load_history(runtime, request, tenant, connection)
     check_call_outputs(history.turns, items)
@@ -249,8 +261,11 @@ async def gather_context(
     native_tools = renderer.supports_tools and bool(tools.functions)
     # Templates read the variables they understand and ignore the others.
     template_options: dict[str, Any] = {}
-    if request.reasoning and request.reasoning.effort:
-        template_options["reasoning_effort"] = request.reasoning.effort
+    # The request's own effort first; else the one the newest configuration_update of the context set.
+    effort = request.reasoning.effort if request.reasoning else None
+    applied = configured_effort(history.turns, items) if effort is None else None
+    if effort or applied:
+        template_options["reasoning_effort"] = effort or applied
     if native_tools:
         template_options["tools"] = [template_tool(function) for function in tools.functions]
     threshold = None
@@ -277,6 +292,9 @@ async def gather_context(
         truncate=request.truncation == "auto",
         compact_threshold=threshold,
         mcp=mcp,
+        compaction_trigger=trigger,
+        configured_effort=applied,
+        input_transformations=withheld_reasoning(readable_history, readable_items, renderer.reasoning_tags),
     )
     system, conversation = await context.messages_off_loop()
     _check_prompt_size(system, conversation, runtime.settings)
@@ -306,8 +324,11 @@ async def render_messages(
 
 
 async def render_prompt(runtime: Runtime, context: Context) -> list[int] | None:
-    """The prompt tokens; None when the context must be compacted first (it passes the request's
-    `context_management` threshold, or does not fit at all while compaction was asked for)."""
+    """The prompt tokens; None when the context must be compacted first (its input ended with a
+    compaction_trigger, it passes the request's `context_management` threshold, or it does not fit at all while
+    compaction was asked for)."""
+    if context.compaction_trigger:
+        return None
     try:
         tokens = await render_messages(runtime, context, *await context.messages_off_loop())
     except ContextTooLong as error:

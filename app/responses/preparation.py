@@ -14,7 +14,6 @@ from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
-from app.generation.registry import ModelSpec
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id
 from app.mcp.servers import McpSetup
@@ -27,9 +26,15 @@ from app.schemas.responses import ConversationRef, ResponseObject, ResponseParam
 DEFAULT_TOP_P = 1.0
 
 
-def _params_of(request: CreateResponseRequest, settings: Settings, model: ModelSpec) -> ResponseParams:
-    """The request's parameters, with the model's defaults (else the deployment's) where it gives none."""
+def _params_of(request: CreateResponseRequest, settings: Settings, context: Context) -> ResponseParams:
+    """The request's parameters, with the model's defaults (else the deployment's) where it gives none, the
+    reasoning effort a configuration_update of its context set where it sets none, and the reasoning items of
+    its context the model will not read."""
+    model = context.model
     temperature = model.temperature if model.temperature is not None else settings.default_temperature
+    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else None
+    if context.configured_effort is not None:
+        reasoning = {**(reasoning or {}), "effort": context.configured_effort}
     return ResponseParams(
         instructions=request.instructions,
         max_output_tokens=request.max_output_tokens or model.max_output_tokens or settings.default_max_output_tokens,
@@ -40,7 +45,7 @@ def _params_of(request: CreateResponseRequest, settings: Settings, model: ModelS
         frequency_penalty=request.frequency_penalty or 0.0,
         prompt_cache_key=request.prompt_cache_key,
         prompt_cache_retention=request.prompt_cache_retention,
-        reasoning=request.reasoning.model_dump(exclude_none=True) if request.reasoning else None,
+        reasoning=reasoning,
         safety_identifier=request.safety_identifier,
         store=request.store is not False,
         background=bool(request.background),
@@ -53,6 +58,7 @@ def _params_of(request: CreateResponseRequest, settings: Settings, model: ModelS
         top_logprobs=request.top_logprobs or 0,
         truncation=request.truncation or "disabled",
         user=request.user,
+        input_transformations=context.input_transformations or None,
     )
 
 
@@ -171,7 +177,7 @@ async def prepare_response(
     False for a warm-up, whose job only reads the prompt into the model's cache (WebSocket `generate: false`)."""
     context = rendered.context
     tools = context.tools
-    params = _params_of(request, settings, context.model)
+    params = _params_of(request, settings, context)
     grammar = await _output_grammar(context.renderer, tools, params.text.get("format"))
     created = utc_now()
     response = ResponseObject(
@@ -212,6 +218,7 @@ async def prepare_response(
         conversation_id=context.conversation.conversation_id if context.conversation else None,
         conversation_input=context.items if context.conversation else [],
         leading_items=[*rendered.leading, *(context.mcp.items if context.mcp else [])],
+        compaction_trigger=context.compaction_trigger,
         mcp=await _mcp_setup(request, context, settings, params.text.get("format"), grammar),
     )
     return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from app.schemas.items import LOGPROBS_INCLUDE, ClientId, Includable, Item, ItemList, RequestInput
+from app.schemas.items import LOGPROBS_INCLUDE, ClientId, Includable, Item, ItemList, ReasoningEffort, RequestInput
 from app.schemas.metadata import check_metadata
 from app.schemas.responses import ResponseObject, Usage
 
@@ -42,7 +42,7 @@ class TextConfig(BaseModel):
 
 class ReasoningConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 

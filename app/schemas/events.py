@@ -141,3 +141,11 @@ class McpCallArgumentsDoneEvent(ResponseEvent):
     item_id: str
     output_index: int
     arguments: str
+
+
+class CompactionCompactingEvent(ResponseEvent):
+    """The summary of a compaction_trigger's compaction item was sampled (it carries no summary)."""
+
+    type: Literal["response.compaction.compacting"] = "response.compaction.compacting"
+    item_id: str
+    output_index: int

@@ -201,6 +201,34 @@ class CompactionItem(BaseModel):
     created_by: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class CompactionTriggerItem(BaseModel):
+    """`{type: "compaction_trigger"}`, the last input item of a create: compact the context, then answer. Not
+    stored (the SDK's ResponseItem has no such item): the compaction item in the output is its trace."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["compaction_trigger"]
+    id: ClientId | None = None
+
+
+class ConfigurationReasoning(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    effort: ReasoningEffort | None = None
+
+
+class ConfigurationUpdateItem(BaseModel):
+    """A change of the response configuration (only reasoning.effort, as the SDK says) for this and every later
+    response of the chain or conversation, until another one replaces it."""
+
+    # NOTE: forbid: a field we would not apply (text, say) is a 400 naming it, never silently ignored.
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["configuration_update"]
+    id: ClientId | None = None
+    reasoning: ConfigurationReasoning | None = None
+
+
 class McpListedTool(BaseModel):
     name: str
     input_schema: dict[str, Any]
@@ -279,6 +307,8 @@ ITEM_KINDS = {
     "mcp_call",
     "mcp_approval_request",
     "mcp_approval_response",
+    "compaction_trigger",
+    "configuration_update",
 }
 #: Item types that call a tool, and the ones that answer such a call (matched by call_id).
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -306,6 +336,8 @@ InputItem = Annotated[
     | Annotated[StoredMcpCall, Tag("item:mcp_call")]
     | Annotated[StoredMcpApprovalRequest, Tag("item:mcp_approval_request")]
     | Annotated[McpApprovalResponseItem, Tag("item:mcp_approval_response")]
+    | Annotated[CompactionTriggerItem, Tag("item:compaction_trigger")]
+    | Annotated[ConfigurationUpdateItem, Tag("item:configuration_update")]
     | Annotated[UnsupportedItem, Tag("item:unsupported")],
     Discriminator(_item_kind),
 ]
@@ -362,6 +394,10 @@ class StoredCompaction(CompactionItem):
     id: str
 
 
+class StoredConfigurationUpdate(ConfigurationUpdateItem):
+    id: str
+
+
 def _stored_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     return f"item:{kind}"
@@ -379,7 +415,8 @@ Item = Annotated[
     | Annotated[StoredMcpListTools, Tag("item:mcp_list_tools")]
     | Annotated[StoredMcpCall, Tag("item:mcp_call")]
     | Annotated[StoredMcpApprovalRequest, Tag("item:mcp_approval_request")]
-    | Annotated[StoredMcpApprovalResponse, Tag("item:mcp_approval_response")],
+    | Annotated[StoredMcpApprovalResponse, Tag("item:mcp_approval_response")]
+    | Annotated[StoredConfigurationUpdate, Tag("item:configuration_update")],
     Discriminator(_stored_kind),
 ]
 

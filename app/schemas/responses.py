@@ -37,6 +37,15 @@ class IncompleteDetails(BaseModel):
     reason: Literal["max_output_tokens", "content_filter"]
 
 
+class InputTransformation(BaseModel):
+    """A reasoning input item withheld from the model (the SDK's Response.input_transformations entry)."""
+
+    id: str
+    action: Literal["removed"] = "removed"
+    reason: Literal["organization_mismatch", "end_user_mismatch", "model_mismatch", "prefix_mismatch", "turn_boundary"]
+    type: Literal["reasoning"] = "reasoning"
+
+
 class ConversationRef(BaseModel):
     """The conversation a response belongs to (the SDK's `Response.conversation`)."""
 
@@ -73,6 +82,9 @@ class ResponseParams(BaseModel):
     top_p: float = 1.0
     truncation: Literal["auto", "disabled"] = "disabled"
     user: str | None = None
+    #: Not asked for but settled with them, before the response runs (and stored with them): the reasoning input
+    #: items the model does not read, and why (None: it reads every one).
+    input_transformations: list[InputTransformation] | None = None
 
 
 class ResponseObject(ResponseParams):
@@ -91,7 +103,6 @@ class ResponseObject(ResponseParams):
     prompt: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
-    input_transformations: list[dict[str, Any]] | None = None
     moderation: dict[str, Any] | None = None
     prompt_cache_diagnostics: dict[str, Any] | None = None
     prompt_cache_options: dict[str, Any] | None = None

@@ -340,6 +340,20 @@ def test_conversation_turns_and_compaction_across_nodes(cluster: Cluster) -> Non
     assert later.status in ("completed", "incomplete")
 
 
+def test_a_compaction_trigger_on_a_worker(cluster: Cluster) -> None:
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    first = a.responses.create(model=model_of(a), input="My name is Ada.", temperature=0, max_output_tokens=16)
+    trigger = {"type": "compaction_trigger"}
+    with b.responses.stream(
+        model=model_of(b), input=[trigger], previous_response_id=first.id, temperature=0, max_output_tokens=16
+    ) as stream:
+        events = [event.model_dump(warnings=False) for event in stream]
+    final = assert_well_formed_stream(events)
+    compacting = [event for event in events if event["type"] == "response.compaction.compacting"]
+    assert [event["item_id"] for event in compacting] == [final["output"][0]["id"]]
+    assert [item.type for item in a.responses.retrieve(final["id"]).output][:2] == ["compaction", "message"]
+
+
 def test_stream_resumes_on_another_node_after_its_node_dies(cluster: Cluster, tmp_path: Path) -> None:
     doomed_api = ServerProcess(cluster.env(), tmp_path / "doomed_api.log").start()
     body = {"input": STORY, "background": True, "stream": True, "max_output_tokens": 60, "temperature": 0}
