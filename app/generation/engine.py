@@ -279,7 +279,10 @@ class LlamaEngine:
         # its slot is taken.
         slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
         slot.unsaved = False
-        reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
+        if not request.sampling.read_cache:  # read cold: its cells are still saved for later prompts
+            reused = 0
+        else:
+            reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
         slot.scope = scope

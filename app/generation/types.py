@@ -32,6 +32,8 @@ class SamplingParams:
     #: A warm-up (WebSocket `generate: false`): the prompt is read into a sequence, so that its cells stay in the
     #: prefix cache for the turn chained on it, and nothing is sampled (Finish "stop", no output tokens).
     prefill_only: bool = False
+    #: False: the prompt is read cold, reusing no cached KV state (prompt_cache_options.mode "explicit").
+    read_cache: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ def final_values(response: ResponseObject) -> dict[str, Any]:
         if response.incomplete_details
         else None,
         "completed_at": datetime.fromtimestamp(response.completed_at, UTC) if response.completed_at else None,
+        "prompt_cache_diagnostics": response.prompt_cache_diagnostics,
     }
 
 
