@@ -34,6 +34,8 @@ class SamplingParams:
     prefill_only: bool = False
     #: False: the prompt is read cold, reusing no cached KV state (prompt_cache_options.mode "explicit").
     read_cache: bool = True
+    #: Its state is also written to the state files, when there are any (prompt_cache_options.ttl "12h").
+    keep_state_file: bool = False
 
 
 @dataclass(frozen=True, slots=True)

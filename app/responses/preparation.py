@@ -233,6 +233,7 @@ async def prepare_response(
             top_logprobs=params.top_logprobs if request.wants_logprobs else None,
             prefill_only=not generate,
             read_cache=options is None or options.reads_cache,
+            keep_state_file=options is not None and options.ttl == "12h",
         ),
         response=response.model_dump(mode="json"),
         store=params.store,
