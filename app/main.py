@@ -27,7 +27,7 @@ from app.generation.registry import ModelRegistry
 from app.generation.registry_loading import load_registry
 from app.generation.renderers import RendererCache
 from app.ids import new_id
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
 from app.keys import endpoints as keys
 from app.keys.cache import KeyCache

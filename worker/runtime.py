@@ -16,7 +16,7 @@ from app.db.session import Database
 from app.generation.model_pool import ModelPool
 from app.generation.registry_loading import load_registry
 from app.ids import new_id
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.keys.limits_cache import ProjectLimitsCache
 from app.limits.limiter import TenantRateLimits

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.events.call_items import ClientCall, call_events, call_items
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
 from app.events.mcp_items import call_closing_events, close_open_calls, list_tools_events, open_tool_calls
@@ -19,11 +20,7 @@ from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.events import (
     ContentPartEvent,
-    CustomToolCallInputDeltaEvent,
-    CustomToolCallInputDoneEvent,
     ErrorEvent,
-    FunctionCallArgumentsDeltaEvent,
-    FunctionCallArgumentsDoneEvent,
     OutputItemEvent,
     OutputTextDeltaEvent,
     ReasoningTextDeltaEvent,
@@ -36,8 +33,6 @@ from app.schemas.items import (
     MessageItem,
     OutputText,
     ReasoningText,
-    StoredCustomToolCall,
-    StoredFunctionCall,
     StoredMcpCall,
     StoredMcpListTools,
     StoredReasoning,
@@ -301,79 +296,11 @@ class ResponseAssembler:
             return []
         return parsed
 
-    def _calls(self, completed: bool) -> list[StoredFunctionCall | StoredCustomToolCall]:
+    def _calls(self, completed: bool) -> list[ClientCall]:
         parsed = self._parsed_calls(completed)
         if not self._parallel_tool_calls:
             parsed = parsed[:1]
-        calls: list[StoredFunctionCall | StoredCustomToolCall] = []
-        for call in parsed:
-            namespace = self._functions[call.name]
-            if call.name in self._custom_tools:
-                # NOTE: a custom tool call has no status on the wire; a cut one is known by its response's.
-                calls.append(
-                    StoredCustomToolCall(
-                        id=self._ids("ctc"),
-                        call_id=self._ids("call"),
-                        name=call.name,
-                        input=call.arguments,
-                        namespace=namespace,
-                    )
-                )
-            else:
-                calls.append(
-                    StoredFunctionCall(
-                        id=self._ids("fc"),
-                        call_id=self._ids("call"),
-                        name=call.name,
-                        arguments=call.arguments,
-                        namespace=namespace,
-                        status="completed" if call.complete else "incomplete",
-                    )
-                )
-        return calls
-
-    def _call_events(self, call: StoredFunctionCall | StoredCustomToolCall, index: int) -> list[ResponseEvent]:
-        custom = isinstance(call, StoredCustomToolCall)
-        opening: Item = (
-            call.model_copy(update={"input": ""})
-            if custom
-            else call.model_copy(update={"arguments": "", "status": "in_progress"})
-        )
-        events: list[ResponseEvent] = [
-            OutputItemEvent(
-                type="response.output_item.added", sequence_number=self._next(), output_index=index, item=opening
-            )
-        ]
-        if isinstance(call, StoredCustomToolCall):
-            if call.input:
-                events.append(
-                    CustomToolCallInputDeltaEvent(
-                        sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.input
-                    )
-                )
-            events.append(
-                CustomToolCallInputDoneEvent(
-                    sequence_number=self._next(), item_id=call.id, output_index=index, input=call.input
-                )
-            )
-        else:
-            if call.arguments:
-                events.append(
-                    FunctionCallArgumentsDeltaEvent(
-                        sequence_number=self._next(), item_id=call.id, output_index=index, delta=call.arguments
-                    )
-                )
-            events.append(
-                FunctionCallArgumentsDoneEvent(
-                    sequence_number=self._next(), item_id=call.id, output_index=index, arguments=call.arguments
-                )
-            )
-        events.append(
-            OutputItemEvent(
-                type="response.output_item.done", sequence_number=self._next(), output_index=index, item=call
-            )
-        )
-        return events
+        return call_items(parsed, self._functions, self._custom_tools, self._ids)
 
     # The end -------------------------------------------------------------------------------------------
 
@@ -412,7 +339,7 @@ class ResponseAssembler:
             events += self._close_message(status)
         first_call = self._message_index + (1 if self._message is not None else 0)
         for offset, call in enumerate(calls):
-            events += self._call_events(call, first_call + offset)
+            events += call_events(call, first_call + offset, self._next)
         finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.output = [*self._leading, *finished, *calls]
         self.response.status = status  # type: ignore[assignment]

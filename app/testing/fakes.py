@@ -16,7 +16,7 @@ from app.generation.renderers import RendererCache
 from app.generation.runner import ModelRunner
 from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput, PromptRenderer, ScoredPiece
 from app.ids import new_id
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.limits.limiter import TenantRateLimits
 from app.main import GenerationFactory
 from app.mcp.calls import McpCaller

@@ -16,7 +16,7 @@ from app.config import Settings
 from app.errors import RateLimited, ServiceUnavailable
 from app.generation.job import GenerationJob
 from app.generation.types import SamplingParams
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.limits.buckets import BucketStep, Limit, Step
 from app.limits.limiter import BucketStore, TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore

@@ -28,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.generation.job import GenerationJob
 from app.generation.local_runner import LocalRunner
 from app.generation.types import SamplingParams
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.observability import logs, tracing
 from app.observability.logs import JsonFormatter
 from app.observability.metrics import REGISTRY, defined_names

@@ -14,7 +14,8 @@ from sqlalchemy.exc import DBAPIError
 from app.events.terminal import TERMINAL_EVENT_TYPES
 from app.generation.job import GenerationJob
 from app.generation.types import Finish, GenerationOutput
-from app.jobs.execution import JobExecution, JobExecutor
+from app.jobs.execution import JobExecution
+from app.jobs.executor import JobExecutor
 from app.responses import relay, repository
 from app.runtime import Runtime
 from app.testing.fakes import FakeRun, FakeRunner

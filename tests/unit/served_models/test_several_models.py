@@ -17,7 +17,7 @@ from app.generation.model_pool import ModelPool
 from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.renderers import RendererCache
 from app.generation.runner import ModelRunner
-from app.jobs.execution import JobExecutor
+from app.jobs.executor import JobExecutor
 from app.main import create_app
 from app.testing.fakes import FakeRenderer, FakeRunner
 from app.transport.base import GenerationQueue, ModelAvailability
