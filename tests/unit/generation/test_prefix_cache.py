@@ -97,7 +97,6 @@ def test_a_damaged_or_vanished_file_is_a_miss(tmp_path: Path) -> None:
     (tmp_path / "junk.kvstate").write_bytes(b"not a state")
     files = StateFiles(tmp_path, capacity_bytes=10_000)
     assert len(files) == 0
-    files.close()
     files.put("t", np.array([1, 2], dtype=np.int32), bytearray(b"abc"))
     files.flush()
     found = files.best_match("t", np.array([1, 2], dtype=np.int32))
