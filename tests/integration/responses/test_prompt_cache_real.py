@@ -48,9 +48,12 @@ def test_a_prewarm_then_the_same_request_is_a_hit(client: openai.OpenAI, model: 
 
 
 def test_a_chained_turn_is_a_hit(client: openai.OpenAI, model: str) -> None:
-    first = client.responses.create(model=model, instructions="You keep a garden (chain).", input=RULES, **SHORT)
+    # Instructions are not inherited along a chain: sent again, so the first prompt begins the second.
+    instructions = "You keep a garden (chain)."
+    first = client.responses.create(model=model, instructions=instructions, input=RULES, **SHORT)
     second = client.responses.create(
         model=model,
+        instructions=instructions,
         input="Which rule is about the bird?",
         previous_response_id=first.id,
         **SHORT,
