@@ -107,6 +107,15 @@ class Settings(BaseSettings):
         ge=0,
         description="Memory for saved KV states that later prompts sharing a prefix reuse (LRU); 0 turns reuse off.",
     )
+    prefix_cache_dir: Path | None = Field(
+        None,
+        description="Where the KV states of requests with prompt_cache_options.ttl '12h' are also kept as llama.cpp "
+        "state files (a directory per model, shared by a worker's sequences, found again after a restart); "
+        "unset: those states stay in memory only, as any other.",
+    )
+    prefix_cache_dir_mb: int = Field(
+        4096, ge=1, description="Most disk the state files of RESPONSES_PREFIX_CACHE_DIR take (LRU) per model."
+    )
     kv_reuse: Literal["all", "exact"] = Field(
         "all",
         description="KV cells a later prompt reuses: 'all' (those of generated tokens too, as llama-server: a "

@@ -34,6 +34,8 @@ class StoredResponse(Protocol):
     @property
     def incomplete_details(self) -> dict[str, Any] | None: ...
     @property
+    def prompt_cache_diagnostics(self) -> dict[str, Any] | None: ...
+    @property
     def created_at(self) -> datetime: ...
     @property
     def completed_at(self) -> datetime | None: ...
@@ -58,5 +60,6 @@ def response_from_row(row: StoredResponse) -> ResponseObject:
             "usage": row.usage,
             "error": row.error,
             "incomplete_details": row.incomplete_details,
+            "prompt_cache_diagnostics": row.prompt_cache_diagnostics,
         }
     )

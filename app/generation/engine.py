@@ -26,6 +26,7 @@ import codecs
 import ctypes
 import logging
 import queue
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ import numpy as np
 from app.config import Settings
 from app.generation.job import FairOrder, JobClass
 from app.generation.kv_reuse import KvReuse, KvReuseMode, prompt_shares
-from app.generation.prefix_cache import PrefixCache, common_prefix_length
+from app.generation.prefix_cache import PrefixCache, StateFiles, common_prefix_length
 from app.generation.registry import ModelSpec
 from app.generation.sampling import sampler_chain, scored_piece
 from app.generation.types import EngineError, Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
@@ -101,6 +102,8 @@ class _Slot:
     reading: bool = False
     #: Its cells are not in the prefix cache yet (a large state waits for an idle engine, see _finish).
     unsaved: bool = False
+    #: Its state goes to the state files too when saved (its request's keep_state_file).
+    persist: bool = False
     #: None: no logprobs (the default, fast path); else how many alternatives each token reports.
     top_logprobs: int | None = None
 
@@ -166,13 +169,17 @@ class LlamaEngine:
     def from_settings(cls, settings: Settings, spec: ModelSpec) -> LlamaEngine:
         """`spec`'s model, with the deployment's threads, concurrency and prefix cache (one cache per model)."""
         cache_bytes = settings.prefix_cache_mb * 2**20
+        files = None
+        if settings.prefix_cache_dir is not None and cache_bytes:
+            model_dir = re.sub(r"[^A-Za-z0-9._-]", "_", spec.id)
+            files = StateFiles(settings.prefix_cache_dir / model_dir, settings.prefix_cache_dir_mb * 2**20)
         return cls(
             spec.path,
             n_ctx=spec.n_ctx,
             n_threads=settings.n_threads,
             n_gpu_layers=spec.n_gpu_layers,
             slots=concurrency(settings),
-            prefix_cache=PrefixCache(cache_bytes) if cache_bytes else None,
+            prefix_cache=PrefixCache(cache_bytes, files) if cache_bytes else None,
             kv_reuse=settings.kv_reuse,
         )
 
@@ -210,6 +217,8 @@ class LlamaEngine:
         if self._thread.is_alive():
             self._requests.put(None)
             self._thread.join()
+        if self._cache is not None and self._cache.files is not None:
+            self._cache.files.close()
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
         llama_cpp.llama_model_free(self._model)
@@ -279,7 +288,10 @@ class LlamaEngine:
         # its slot is taken.
         slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
         slot.unsaved = False
-        reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
+        if not request.sampling.read_cache:  # read cold: its cells are still saved for later prompts
+            reused = 0
+        else:
+            reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
         slot.scope = scope
@@ -289,6 +301,7 @@ class LlamaEngine:
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         slot.budget, slot.produced, slot.cached = budget, 0, reused
         slot.top_logprobs = request.sampling.top_logprobs
+        slot.persist = request.sampling.keep_state_file
         slot.reading = True
         slot.request = request
 
@@ -468,7 +481,7 @@ class LlamaEngine:
             self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.seq_id
         )
         del data[written:]
-        self._cache.put(slot.scope, slot.tokens, data)
+        self._cache.put(slot.scope, slot.tokens, data, persist=slot.persist)
 
     def _fail_all(self, message: str) -> None:
         for slot in self._slots:

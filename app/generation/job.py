@@ -69,6 +69,9 @@ class GenerationJob:
     #: The request's MCP tools, as app/mcp's McpSetup payload (servers, sealed headers, which function is whose):
     #: where the model calls one, the job calls it and goes on generating (app/jobs/tool_loop.py).
     mcp: dict[str, Any] | None = None
+    #: prompt_cache_options.comparison_response_id: what the API node learnt comparing the two prompts
+    #: (app/prompt_cache/diagnosis.py's Comparison payload); its end adds the engine's reuse to it.
+    cache_comparison: dict[str, Any] | None = None
     #: Its priority class (see JobClass): which waiting job the model takes next.
     job_class: JobClass = "interactive"
     #: The trace context, request id and queueing time of the request that made the job (see job_telemetry).

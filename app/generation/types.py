@@ -32,6 +32,10 @@ class SamplingParams:
     #: A warm-up (WebSocket `generate: false`): the prompt is read into a sequence, so that its cells stay in the
     #: prefix cache for the turn chained on it, and nothing is sampled (Finish "stop", no output tokens).
     prefill_only: bool = False
+    #: False: the prompt is read cold, reusing no cached KV state (prompt_cache_options.mode "explicit").
+    read_cache: bool = True
+    #: Its state is also written to the state files, when there are any (prompt_cache_options.ttl "12h").
+    keep_state_file: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,13 @@ from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
 from app.jobs import event_batches, repository
 from app.jobs.event_batches import EventBatch, Payload
-from app.jobs.final_state import final_values, record_final_items, record_unstored_usage, row_verdict
+from app.jobs.final_state import (
+    add_cache_diagnostics,
+    final_values,
+    record_final_items,
+    record_unstored_usage,
+    row_verdict,
+)
 from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
@@ -205,6 +211,7 @@ class JobExecution:
     async def _end(self, output: Finish | GenerationFailed) -> None:
         # The assembler before it closes anything: if the final write fails, the response fails from here.
         unfinished = copy.deepcopy(self.assembler)
+        add_cache_diagnostics(self.job, self.assembler.response, output)
         if isinstance(output, GenerationFailed):
             events = self.assembler.fail(output.message)
         else:

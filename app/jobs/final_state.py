@@ -14,12 +14,21 @@ from app.conversations import turns
 from app.db.session import Database
 from app.events.terminal import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, terminal_event
 from app.generation.job import GenerationJob
+from app.generation.types import Finish, GenerationFailed
 from app.items import repository as items
 from app.jobs import repository
+from app.prompt_cache.diagnosis import job_diagnostics
 from app.schemas.responses import ResponseObject
 from app.usage import repository as usage
 
 logger = logging.getLogger(__name__)
+
+
+def add_cache_diagnostics(job: GenerationJob, response: ResponseObject, output: Finish | GenerationFailed) -> None:
+    """The response's prompt_cache_diagnostics (when its request named a comparison_response_id), from what the
+    engine reused of its prompt: set before its final events are built, so that they carry them."""
+    usage = (output.prompt_tokens, output.cached_tokens) if isinstance(output, Finish) else None
+    response.prompt_cache_diagnostics = job_diagnostics(job.cache_comparison, usage)
 
 
 def final_values(response: ResponseObject) -> dict[str, Any]:
@@ -33,6 +42,7 @@ def final_values(response: ResponseObject) -> dict[str, Any]:
         if response.incomplete_details
         else None,
         "completed_at": datetime.fromtimestamp(response.completed_at, UTC) if response.completed_at else None,
+        "prompt_cache_diagnostics": response.prompt_cache_diagnostics,
     }
 
 

@@ -62,6 +62,8 @@ MEASURES: dict[str, Select[str, int]] = {
             ResponseRow.error,
             ResponseRow.incomplete_details,
             ResponseRow.job,
+            ResponseRow.prompt_cache_fingerprint,
+            ResponseRow.prompt_cache_diagnostics,
         ),
     ),
     "input_items": _per_tenant(ResponseRow.tenant, _characters(InputItemRow.item)).join_from(

@@ -28,6 +28,7 @@ from app.items.normalization import check_call_outputs, normalize_input
 from app.items.references import resolve_references
 from app.mcp.approvals import approved_calls
 from app.observability import tracing
+from app.prompt_cache.diagnosis import Fingerprint
 from app.responses import repository
 from app.responses.mcp_tools import McpContext, gather_mcp, parse_servers
 from app.responses.schemas import CreateResponseRequest
@@ -80,6 +81,8 @@ class ConnectionChain:
     response_id: str
     turns: Sequence[Turn]
     chain_root: str
+    #: What a later response's prompt_cache_diagnostics compare against (app/prompt_cache/diagnosis.py).
+    fingerprint: Fingerprint | None = None
 
 
 async def load_history(session: AsyncSession, previous_id: str, tenant: str) -> tuple[list[Turn], str]:

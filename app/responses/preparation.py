@@ -14,9 +14,11 @@ from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
+from app.generation.kv_reuse import KvReuse
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id
 from app.mcp.servers import McpSetup
+from app.prompt_cache.diagnosis import Compared, Fingerprint, comparison_with, fingerprint_of
 from app.responses.context import Context, conversation_id_of
 from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, echoed_tools
@@ -45,6 +47,7 @@ def _params_of(request: CreateResponseRequest, settings: Settings, context: Cont
         frequency_penalty=request.frequency_penalty or 0.0,
         prompt_cache_key=request.prompt_cache_key,
         prompt_cache_retention=request.prompt_cache_retention,
+        prompt_cache_options=request.prompt_cache_options.echo() if request.prompt_cache_options else None,
         reasoning=reasoning,
         safety_identifier=request.safety_identifier,
         store=request.store is not False,
@@ -117,6 +120,27 @@ async def _mcp_setup(
     return setup.to_payload()
 
 
+def _fingerprint(request: CreateResponseRequest, rendered: RenderedContext, params: ResponseParams) -> Fingerprint:
+    """The hashes a later request's prompt_cache_diagnostics compare against (app/prompt_cache/diagnosis.py)."""
+    context = rendered.context
+    items = [
+        *(item for turn in context.history for item in (*turn.input_items, *turn.output_items)),
+        *context.items,
+        *rendered.leading,
+    ]
+    settings = {
+        "model": context.model.id,
+        "prompt_cache_key": request.prompt_cache_key,
+        "tools": request.tools or [],
+        "text_format": params.text.get("format"),
+        "reasoning_effort": request.reasoning.effort if request.reasoning else None,
+        "verbosity": params.text.get("verbosity"),
+        "service_tier": request.service_tier,
+    }
+    compactions = sum(1 for item in items if item.get("type") == "compaction")
+    return fingerprint_of(settings, rendered.prompt, compactions)
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedContext:
     """A context rendered: its prompt tokens, and the output items that lead the response (the compaction item
@@ -137,8 +161,11 @@ class PreparedResponse:
         stream: bool,
         context: Context,
         created: datetime,
+        fingerprint: Fingerprint,
     ) -> None:
         self.response = response
+        #: Stored with it: what a later response's prompt_cache_diagnostics compare against.
+        self.fingerprint = fingerprint
         #: When it was created, to the microsecond (the Response says the second): lists order by it.
         self.created = created
         self.job = job
@@ -171,13 +198,24 @@ async def prepare_response(
     response_id: str | None = None,
     job_class: JobClass | None = None,
     generate: bool = True,
+    compared: Compared | None = None,
 ) -> PreparedResponse:
     """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
     stored or generated here. `job_class`: where its job waits (default: by the request, see below). `generate`:
-    False for a warm-up, whose job only reads the prompt into the model's cache (WebSocket `generate: false`)."""
+    False for a warm-up, whose job only reads the prompt into the model's cache (WebSocket `generate: false`, or
+    `prompt_cache_options.prewarm`). `compared`: the response that prompt_cache_options.comparison_response_id
+    names, as looked up."""
     context = rendered.context
     tools = context.tools
     params = _params_of(request, settings, context)
+    options = request.prompt_cache_options
+    generate = generate and not (options is not None and options.prewarm)
+    fingerprint = _fingerprint(request, rendered, params)
+    comparison = (
+        comparison_with(compared, fingerprint, rendered.prompt, KvReuse(settings.kv_reuse))
+        if compared is not None
+        else None
+    )
     grammar = await _output_grammar(context.renderer, tools, params.text.get("format"))
     created = utc_now()
     response = ResponseObject(
@@ -200,6 +238,8 @@ async def prepare_response(
             frequency_penalty=params.frequency_penalty,
             top_logprobs=params.top_logprobs if request.wants_logprobs else None,
             prefill_only=not generate,
+            read_cache=options is None or options.reads_cache,
+            keep_state_file=options is not None and options.ttl == "12h",
         ),
         response=response.model_dump(mode="json"),
         store=params.store,
@@ -220,5 +260,8 @@ async def prepare_response(
         leading_items=[*rendered.leading, *(context.mcp.items if context.mcp else [])],
         compaction_trigger=context.compaction_trigger,
         mcp=await _mcp_setup(request, context, settings, params.text.get("format"), grammar),
+        cache_comparison=comparison.to_payload() if comparison is not None else None,
     )
-    return PreparedResponse(response, job, stream=bool(request.stream), context=context, created=created)
+    return PreparedResponse(
+        response, job, stream=bool(request.stream), context=context, created=created, fingerprint=fingerprint
+    )

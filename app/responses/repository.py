@@ -58,6 +58,17 @@ async def get_response(session: AsyncSession, response_id: str, tenant: str) -> 
     return result.scalar_one_or_none()
 
 
+async def get_prompt_cache_fingerprint(
+    session: AsyncSession, response_id: str, tenant: str
+) -> tuple[bool, dict[str, Any] | None]:
+    """Whether the tenant has a response of that id, and its prompt-cache fingerprint (None: it has none)."""
+    result = await session.execute(
+        select(ResponseRow.prompt_cache_fingerprint).where(ResponseRow.id == response_id, ResponseRow.tenant == tenant)
+    )
+    row = result.one_or_none()
+    return (False, None) if row is None else (True, row[0])
+
+
 async def get_chain(session: AsyncSession, response_id: str, tenant: str) -> list[ResponseRow]:
     """The response and every ancestor by previous_response_id, oldest first: one recursive query."""
     anchor = select(

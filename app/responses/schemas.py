@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from app.prompt_cache.options import PromptCacheOptions
 from app.schemas.items import LOGPROBS_INCLUDE, ClientId, Includable, Item, ItemList, ReasoningEffort, RequestInput
 from app.schemas.metadata import check_metadata
 from app.schemas.responses import ResponseObject, Usage
@@ -101,13 +102,13 @@ class CreateResponseRequest(BaseModel):
     background: bool | None = None
     conversation: ConversationField | None = None
     context_management: list[ContextManagement] | None = Field(None, max_length=1)
+    prompt_cache_options: PromptCacheOptions | None = None
     # Defined by the API, not run by us yet: accepted here so that the service can name them in a 400.
     prompt: dict[str, Any] | None = None
     background_options: dict[str, Any] | None = None
     moderation: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
-    prompt_cache_options: dict[str, Any] | None = None
 
     @property
     def wants_logprobs(self) -> bool:
@@ -127,7 +128,6 @@ NOT_IMPLEMENTED_FIELDS: dict[str, object] = {
     "moderation": None,
     "image": None,
     "access_programs": None,
-    "prompt_cache_options": None,
 }
 
 #: Every top-level field the API defines (for strict mode's unknown_parameter check).

@@ -6,6 +6,8 @@ what a create with the same body would read and refuse what it refuses."""
 from __future__ import annotations
 
 from app.generation.job import JobClass
+from app.prompt_cache.diagnosis import Compared, Fingerprint
+from app.responses import repository
 from app.responses.compaction import compact_context
 from app.responses.context import ConnectionChain, gather_context, render_prompt
 from app.responses.preparation import PreparedResponse, RenderedContext, check_combination, prepare_response
@@ -26,6 +28,22 @@ async def render_context(
     return RenderedContext(context, prompt)
 
 
+async def find_compared(
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, connection: ConnectionChain | None
+) -> Compared | None:
+    """The response prompt_cache_options.comparison_response_id names (None: none named): a WebSocket
+    connection's unstored last response, else a stored one of the tenant."""
+    options = request.prompt_cache_options
+    if options is None or options.comparison_response_id is None:
+        return None
+    wanted = options.comparison_response_id
+    if connection is not None and connection.response_id == wanted:
+        return Compared(True, connection.fingerprint)
+    async with runtime.database.read() as session:
+        found, payload = await repository.get_prompt_cache_fingerprint(session, wanted, tenant)
+    return Compared(found, Fingerprint.from_payload(payload) if payload is not None else None)
+
+
 async def prepare(
     request: CreateResponseRequest,
     tenant: str,
@@ -42,8 +60,16 @@ async def prepare(
     prompt read into the model's cache, no output)."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
+    compared = await find_compared(request, tenant, runtime, connection)
     return await prepare_response(
-        request, rendered, tenant, runtime.settings, response_id=response_id, job_class=job_class, generate=generate
+        request,
+        rendered,
+        tenant,
+        runtime.settings,
+        response_id=response_id,
+        job_class=job_class,
+        generate=generate,
+        compared=compared,
     )
 
 

@@ -279,4 +279,4 @@ class ResponsesSocketSession:
             return
         context = prepared.context
         turns = [*context.history, Turn(input_items=context.items, output_items=final["output"])]
-        self._last = ConnectionChain(final["id"], turns, context.chain_root or final["id"])
+        self._last = ConnectionChain(final["id"], turns, context.chain_root or final["id"], prepared.fingerprint)

@@ -38,6 +38,7 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         params=ResponseParams.model_validate(response.model_dump()).model_dump(mode="json"),
         output=[],
         job=prepared.job.to_payload(),
+        prompt_cache_fingerprint=prepared.fingerprint.to_payload(),
         created_at=prepared.created,
     )
     # Batch lines are not counted against the cap: their batch submits a bounded number at a time (a refusal here

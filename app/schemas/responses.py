@@ -68,6 +68,8 @@ class ResponseParams(BaseModel):
     frequency_penalty: float = 0.0
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    #: The SDK's PromptCacheOptions as applied (mode, ttl, comparison_response_id); None when not asked for.
+    prompt_cache_options: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     safety_identifier: str | None = None
     service_tier: str = "default"
@@ -99,13 +101,13 @@ class ResponseObject(ResponseParams):
     output: list[Item] = Field(default_factory=list)
     previous_response_id: str | None = None
     usage: Usage | None = None
+    #: Only on a response that names a comparison_response_id (app/prompt_cache/diagnosis.py).
+    prompt_cache_diagnostics: dict[str, Any] | None = None
     # Declared by the SDK's Response for features this server does not run: always null here.
     prompt: dict[str, Any] | None = None
     access_programs: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
     moderation: dict[str, Any] | None = None
-    prompt_cache_diagnostics: dict[str, Any] | None = None
-    prompt_cache_options: dict[str, Any] | None = None
     tool_usage: dict[str, Any] | None = None
 
     @property

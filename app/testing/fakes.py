@@ -105,6 +105,8 @@ class FakeRun:
         self.delay_s = delay_s
         self.cancelled = False
         self.produced = 0
+        #: Prompt tokens its Finish reports reused (FakeRunner.cached_tokens).
+        self.cached = 0
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -131,7 +133,7 @@ class FakeRun:
             reason = "cancelled"
         else:
             reason = "length" if budget < len(self.reply) and not self.job.sampling.prefill_only else "stop"
-        yield Finish(reason, len(self.job.prompt_tokens), 0, self.produced)  # type: ignore[arg-type]
+        yield Finish(reason, len(self.job.prompt_tokens), self.cached, self.produced)  # type: ignore[arg-type]
 
 
 class FakeRunner:
@@ -150,6 +152,8 @@ class FakeRunner:
         self.replies: list[list[str]] = []
         #: crash_after for one run only: the index of the run (0: the first started) -> after how many words.
         self.crash_in_run: dict[int, int] = {}
+        #: Prompt tokens each run reports reused (as a prefix-cache hit would), capped at all but the last.
+        self.cached_tokens = 0
         self.jobs: list[GenerationJob] = []
         self.runs: dict[str, FakeRun] = {}
 
@@ -158,6 +162,7 @@ class FakeRunner:
         reply = self.replies.pop(0) if self.replies else self.reply
         crash_after = self.crash_in_run.get(len(self.jobs) - 1, self.crash_after)
         run = FakeRun(job, reply, self.delay_s, self.fail_after, self.separator, crash_after)
+        run.cached = min(self.cached_tokens, max(0, len(job.prompt_tokens) - 1))
         self.runs[job.response_id] = run
         return run
 

@@ -33,6 +33,10 @@ class ResponseRow(Base):
     #: and a background job whose worker died can be taken over; dropped once the response ends (or, for a
     #: foreground job, which is never taken over, once claimed).
     job: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    #: app/prompt_cache/diagnosis.py: the hashes a later response's prompt_cache_diagnostics compare against
+    #: (None on rows stored before them), and this response's own diagnostics (when it named a comparison).
+    prompt_cache_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    prompt_cache_diagnostics: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     #: Refreshed by the worker while it generates.
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: The worker that holds the job, and until when: its heartbeat renews the lease; only an expired one is

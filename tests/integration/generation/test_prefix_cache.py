@@ -190,3 +190,45 @@ class _Collector:
             self.finished.set()
         else:
             self.first_piece.set()
+
+
+def test_a_12h_state_is_kept_in_a_file_and_found_again_after_a_restart(tmp_path: Path, sdk: SdkClients) -> None:
+    """prompt_cache_options.ttl "12h": the state is written to RESPONSES_PREFIX_CACHE_DIR; a restarted server (its
+    memory cache empty) restores it from there. A "30m" state stays in memory only: after the restart it is gone."""
+    files = tmp_path / "states"
+    server = _server(tmp_path, "ttl", "256", RESPONSES_PREFIX_CACHE_DIR=str(files))
+    instructions = {"12h": BANANA_INSTRUCTIONS + "(kept)", "30m": BANANA_INSTRUCTIONS + "(memory)"}
+    try:
+        client = sdk(server.base_url)
+        model = client.models.list().data[0].id
+        warm = {
+            ttl: client.responses.create(
+                model=model, instructions=text, input=BANANA, prompt_cache_options={"prewarm": True, "ttl": ttl}
+            )
+            for ttl, text in instructions.items()
+        }
+    finally:
+        server.stop()
+    assert len(list(files.glob("*/*.kvstate"))) == 1
+    server.start()
+    try:
+        client = sdk(server.base_url)
+        again = {
+            ttl: client.responses.create(
+                model=model,
+                instructions=text,
+                input=BANANA,
+                max_output_tokens=16,
+                temperature=0,
+                prompt_cache_options={"comparison_response_id": warm[ttl].id},
+            )
+            for ttl, text in instructions.items()
+        }
+    finally:
+        server.stop()
+    kept = again["12h"]
+    assert kept.usage is not None and warm["12h"].usage is not None
+    assert kept.usage.input_tokens_details.cached_tokens == warm["12h"].usage.input_tokens - 1
+    assert kept.prompt_cache_diagnostics is not None and kept.prompt_cache_diagnostics.type == "cache_hit"
+    lost = again["30m"]
+    assert lost.prompt_cache_diagnostics is not None and lost.prompt_cache_diagnostics.type == "unavailable"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from app.generation.prefix_cache import PrefixCache, common_prefix_length
+from app.generation.prefix_cache import PrefixCache, StateFiles, common_prefix_length
 
 
 def test_common_prefix_length() -> None:
@@ -56,3 +58,50 @@ def test_an_entry_serves_only_its_own_scope() -> None:
     assert len(cache) == 2
     match = cache.best_match("tenant-a", [1, 2, 3, 4])
     assert match is not None and match[0] == 3 and match[1].data == b"a's prompt"
+
+
+def test_states_asked_to_persist_are_found_in_their_files_once_memory_lost_them(tmp_path: Path) -> None:
+    files = StateFiles(tmp_path / "model", capacity_bytes=10_000)
+    cache = PrefixCache(capacity_bytes=10, files=files)
+    cache.put("t", [1, 2, 3], bytearray(b"kept"), persist=True)
+    cache.put("t", [7, 8], bytearray(b"gone"))
+    files.flush()
+    assert len(files) == 1  # only the persisted one has a file
+    cache.put("t", [9], bytearray(b"x" * 10))  # memory is full: both earlier entries are evicted from it
+    match = cache.best_match("t", [1, 2, 3, 4])
+    assert match is not None and match[0] == 3 and bytes(match[1].data) == b"kept"
+    assert cache.best_match("t", [7, 8]) is None
+    assert cache.best_match("u", [1, 2, 3]) is None  # another scope never reads it
+    files.close()
+
+
+def test_state_files_outlive_the_process_and_stay_within_their_bytes(tmp_path: Path) -> None:
+    files = StateFiles(tmp_path, capacity_bytes=200)
+    for first in range(3):
+        files.put("t", np.array([first, 1, 2], dtype=np.int32), bytearray(b"s" * 60))
+    files.flush()
+    # Each file holds its header and tokens too: 200 bytes keep two of the three, the least recently used went.
+    assert len(files) == 2 and files.size_bytes <= 200
+    assert files.best_match("t", np.array([0, 1, 2], dtype=np.int32)) is None
+    files.close()
+    again = StateFiles(tmp_path, capacity_bytes=200)
+    assert len(again) == 2
+    found = again.best_match("t", np.array([2, 1, 2, 5], dtype=np.int32))
+    assert found is not None and found[0] == 3
+    state = again.read(found[1])
+    assert state is not None and bytes(state.data) == b"s" * 60 and state.tokens.tolist() == [2, 1, 2]
+    again.close()
+
+
+def test_a_damaged_or_vanished_file_is_a_miss(tmp_path: Path) -> None:
+    (tmp_path / "junk.kvstate").write_bytes(b"not a state")
+    files = StateFiles(tmp_path, capacity_bytes=10_000)
+    assert len(files) == 0
+    files.put("t", np.array([1, 2], dtype=np.int32), bytearray(b"abc"))
+    files.flush()
+    found = files.best_match("t", np.array([1, 2], dtype=np.int32))
+    assert found is not None
+    found[1].unlink()
+    assert files.read(found[1]) is None
+    assert len(files) == 0
+    files.close()
