@@ -17,6 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 from app.errors import ApiError, Unauthorized
 from app.runtime import Runtime
 from app.sessions.socket_session import EventRefused, IdleClock, ResponsesSocketSession, SocketCreate
+from app.sessions.steering import Steer
 from app.tenants.identity import PROJECT_HEADER
 
 router = APIRouter()
@@ -102,10 +103,17 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
                     break
                 data = message.get("text")
                 try:
-                    await creates.put(session.admit(data if data is not None else message.get("bytes") or b""))
+                    admitted = session.admit(data if data is not None else message.get("bytes") or b"")
                 except EventRefused as refused:
                     if not await send(refused.event):
                         break
+                    continue
+                if isinstance(admitted, Steer):  # answered now: it is for the response running now
+                    for event in await session.steer(admitted):
+                        if not await send(event):
+                            return
+                    continue
+                await creates.put(admitted)
         except WebSocketDisconnect:
             pass
         cancel.cancel()

@@ -8,9 +8,10 @@ response runs, with an `error` that names the event it answers; a `response.crea
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -26,6 +27,21 @@ from app.responses.schemas import CreateResponseRequest
 from app.responses.submission import open_stream
 from app.runtime import Runtime
 from app.schemas.parsing import parse_json_object
+from app.sessions.steering import (
+    MAX_PENDING_STEERS,
+    STEER_EVENT,
+    Steer,
+    SteerInvalid,
+    SteerQueue,
+    accepted_event,
+    failed_event,
+    invalid_steer,
+    new_steer_id,
+    parse_steer,
+    pending_event,
+    request_steer,
+    required_input,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +57,8 @@ CONTINUABLE_STATUSES = frozenset({"completed", "incomplete"})
 NAMING_FIELDS = ("previous_response_id", "response_id")
 #: How much of a client's id or type an error repeats (they are the client's own strings, of any length).
 NAMED_CHARS = 64
+#: How many ended responses a connection remembers the ids of (a steer for one is `response_already_completed`).
+ENDED_KEPT = 256
 
 
 def _text(payload: dict[str, Any], key: str) -> str | None:
@@ -113,6 +131,10 @@ class SocketCreate:
     #: False: a warm-up (`generate: false`): its context is read into the model's cache, and its Response has no
     #: output; a later turn continues it (previous_response_id) with that prefix cached.
     generate: bool = True
+    #: Its create fields as sent (no envelope): a steered successor inherits them, with its own input.
+    fields: dict[str, Any] = field(default_factory=dict)
+    #: The steers this create commits (an automatic successor, or a continuation they were pending for).
+    steers: SteerQueue | None = None
 
 
 def _socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any]:
@@ -168,25 +190,52 @@ class ResponsesSocketSession:
         #: The response running now, and whether a continuation of it failed meanwhile (then it is not kept).
         self._running: str | None = None
         self._running_forgotten = False
+        #: The create of the response running now, and whether it is stored (a steer is stored on its row).
+        self._running_create: SocketCreate | None = None
+        self._running_stored = False
+        #: The steers accepted for the response running now.
+        self._steers: SteerQueue | None = None
+        #: Steers pending for responses that wait for client tool output or an approval, by response id.
+        self._pending: dict[str, SteerQueue] = {}
+        #: The ids of responses that ended on this connection, newest last.
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        #: The sequence numbers of the steering events, which belong to no response's stream.
+        self._steer_sequence = 0
 
-    def admit(self, message: str | bytes) -> SocketCreate:
+    def admit(self, message: str | bytes) -> SocketCreate | Steer:
         """The checks made as the message arrives, needing neither the database nor the responses before it: a
-        `response.create` to run in its turn, or EventRefused with the error to send at once."""
+        `response.create` to run in its turn, a `response.steer` to handle now (`steer`), or EventRefused with the
+        error (or `response.steer.failed`) to send at once."""
         about = ClientEvent()
         try:
             payload = parse_json_object(message, self.runtime.settings)
             about = ClientEvent.of(payload)
-            request = self._parse_create(payload)
-            return SocketCreate(request, about, generate=payload.get("generate") is not False)
+            self._check_event_id(payload)
+            if payload.get("type") == STEER_EVENT:
+                return parse_steer(payload, self.runtime)
+            request, fields = self._parse_create(payload)
+            return SocketCreate(request, about, generate=payload.get("generate") is not False, fields=fields)
         except ApiError as error:
             self._forget(about)
             raise EventRefused(error_event(error, about)) from None
+        except SteerInvalid as error:
+            steer = invalid_steer(error)
+            assert steer is not None
+            raise EventRefused(self._failed(steer, "invalid_input", str(error))) from None
 
-    def _parse_create(self, payload: dict[str, Any]) -> CreateResponseRequest:
+    @staticmethod
+    def _check_event_id(payload: dict[str, Any]) -> None:
+        if "event_id" in payload and not isinstance(payload["event_id"], str):
+            raise InvalidRequest(
+                "Invalid value for 'event_id': it must be a string.", param="event_id", code="invalid_value"
+            )
+
+    def _parse_create(self, payload: dict[str, Any]) -> tuple[CreateResponseRequest, dict[str, Any]]:
         kind = payload.get("type")
         if kind != CREATE_EVENT:
             raise InvalidRequest(
-                f"Unsupported event type {_quoted(str(kind))}: this server takes '{CREATE_EVENT}' messages.",
+                f"Unsupported event type {_quoted(str(kind))}: this server takes '{CREATE_EVENT}' and "
+                f"'{STEER_EVENT}' messages.",
                 param="type",
                 code="unsupported_event_type",
             )
@@ -198,11 +247,10 @@ class ResponsesSocketSession:
             raise InvalidRequest(
                 "Invalid type for 'generate': expected a boolean.", param="generate", code="invalid_type"
             )
-        if "event_id" in payload and not isinstance(payload["event_id"], str):
-            raise InvalidRequest(
-                "Invalid value for 'event_id': it must be a string.", param="event_id", code="invalid_value"
-            )
         fields = {key: value for key, value in payload.items() if key not in ENVELOPE_FIELDS}
+        return self._request(fields), fields
+
+    def _request(self, fields: dict[str, Any]) -> CreateResponseRequest:
         request = parse_create_payload({**fields, "stream": True}, self.runtime.settings)
         check_combination(request)
         return request
@@ -224,8 +272,109 @@ class ResponsesSocketSession:
         if self._running == named:
             self._running_forgotten = True
 
+    async def steer(self, steer: Steer) -> list[dict[str, Any]]:
+        """A `response.steer` for a response on this connection: accepted once stored and signalled (the job stops
+        at its next safe boundary), to be committed when the response ends (`run`); else failed, input returned."""
+        target = steer.previous_response_id
+        running = self._steers if self._running == target else None
+        queue = running or self._pending.get(target)
+        if queue is None:
+            if target in self._ended:
+                return [self._failed(steer, "response_already_completed", f"Response {target!r} has completed.")]
+            return [self._failed(steer, "response_not_found", f"No response {target!r} runs on this connection.")]
+        steer.stream_id = queue.stream_id
+        create = self._running_create
+        bound = create is not None and (create.request.conversation or create.request.context_management)
+        if running is not None and bound:
+            message = "Responses bound to a conversation or using automatic compaction do not support steering."
+            return [self._failed(steer, "steering_not_supported", message)]
+        if len(queue.steers) >= MAX_PENDING_STEERS:
+            message = f"At most {MAX_PENDING_STEERS} steering submissions may wait for one response."
+            return [self._failed(steer, "too_many_pending_steers", message)]
+        steer.id = new_steer_id()
+        if running is not None:
+            try:
+                await request_steer(self.runtime, target, stored=self._running_stored)
+            except Exception as error:
+                logger.warning("could not store the steer of %s: %s", target, error)
+                return [self._failed(steer, "response_not_active", "The steering input could not be stored.")]
+            if self._steers is not running:  # it ended while the steer was stored: nothing will commit it
+                return [self._failed(steer, "response_already_completed", f"Response {target!r} has completed.")]
+        queue.steers.append(steer)
+        events = [accepted_event(steer, self._next_steer_sequence())]
+        if running is None:  # waiting for client output: said at once, as it would have been at its end
+            events.append(pending_event(steer, queue.required, self._next_steer_sequence()))
+        return events
+
+    def _next_steer_sequence(self) -> int:
+        self._steer_sequence += 1
+        return self._steer_sequence - 1
+
+    def _failed(self, steer: Steer, code: str, message: str) -> dict[str, Any]:
+        return failed_event(steer, code, message, self._next_steer_sequence())
+
     async def run(self, create: SocketCreate) -> AsyncGenerator[dict[str, Any], None]:
-        """The events answering an admitted `response.create`: the response's whole stream, or an error event."""
+        """The events answering an admitted `response.create`: the response's whole stream, or an error event;
+        then what the steers accepted meanwhile became: an automatic successor's stream (chained on it, with the
+        same settings and their input), or their pending or failed events."""
+        turn: SocketCreate | None = create
+        if create.about.continues in self._pending:
+            turn, refusal = self._with_pending(create)
+            for event in refusal:
+                yield event
+        while turn is not None:
+            final: dict[str, Any] | None = None
+            created = False
+            async for event in self._run_one(turn):
+                created = created or event["type"] == "response.created"
+                if is_terminal(event):
+                    final = event["response"]
+                yield event
+            if turn.steers is not None and not created:
+                for steer in turn.steers.steers:
+                    yield self._failed(steer, "successor_creation_failed", "The successor response was not created.")
+            queue, self._steers = self._steers, None
+            current, turn = turn, None
+            if queue is not None and queue.steers:
+                events, turn = self._commit(queue, final, current)
+                for event in events:
+                    yield event
+
+    def _with_pending(self, create: SocketCreate) -> tuple[SocketCreate | None, list[dict[str, Any]]]:
+        """A continuation of a response whose steers were pending: their input first, then its own."""
+        queue = self._pending.pop(create.about.continues or "")
+        given = create.fields.get("input")
+        own = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else given or []
+        fields = {**create.fields, "input": [*queue.messages(), *own]}
+        try:
+            return replace(create, request=self._request(fields), fields=fields, steers=queue), []
+        except ApiError as error:
+            self._forget(create.about)
+            failed = [self._failed(steer, "successor_creation_failed", error.message) for steer in queue.steers]
+            return None, [error_event(error, create.about), *failed]
+
+    def _commit(
+        self, queue: SteerQueue, final: dict[str, Any] | None, create: SocketCreate
+    ) -> tuple[list[dict[str, Any]], SocketCreate | None]:
+        """What the steers of a response that ended become: its automatic successor, or their events."""
+        if final is None or final["status"] not in CONTINUABLE_STATUSES:
+            ended = "did not finish" if final is None else f"ended {final['status']}"
+            message = f"Response {queue.response_id!r} {ended}; the steering input was not committed."
+            return [self._failed(steer, "response_not_active", message) for steer in queue.steers], None
+        if required := required_input(final["output"]):
+            queue.required = required
+            self._pending[final["id"]] = queue
+            return [pending_event(steer, required, self._next_steer_sequence()) for steer in queue.steers], None
+        fields = {**create.fields, "input": queue.messages(), "previous_response_id": final["id"]}
+        try:
+            request = self._request(fields)
+        except ApiError as error:
+            return [self._failed(steer, "successor_creation_failed", error.message) for steer in queue.steers], None
+        about = ClientEvent(CREATE_EVENT, None, ("previous_response_id", final["id"]), create.about.stream_id)
+        return [], SocketCreate(request, about, fields=fields, steers=queue)
+
+    async def _run_one(self, create: SocketCreate) -> AsyncGenerator[dict[str, Any], None]:
+        """One response's events, or an error event."""
         stream_id = create.about.stream_id
         final: dict[str, Any] | None = None
         try:
@@ -233,6 +382,8 @@ class ResponsesSocketSession:
             await self.runtime.limits.admit_request(self.tenant)
             prepared = await self._prepare(create)
             self._running, self._running_forgotten = prepared.response.id, False
+            self._running_create, self._running_stored = create, prepared.job.store
+            self._steers = SteerQueue(prepared.response.id, stream_id)
             events = await open_stream(self.runtime, prepared, self.tenant)
             try:
                 async for event in events:
@@ -261,7 +412,11 @@ class ResponsesSocketSession:
             yield error_event(unavailable or server_error, create.about)
             return
         finally:
-            self._running = None
+            if self._running is not None:
+                self._ended[self._running] = None
+                while len(self._ended) > ENDED_KEPT:
+                    self._ended.popitem(last=False)
+            self._running, self._running_create = None, None
         self._remember(prepared, final)
 
     async def _prepare(self, create: SocketCreate) -> PreparedResponse:

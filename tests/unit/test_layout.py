@@ -131,6 +131,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "app.sessions": {
         "app.config",
+        "app.db",
         "app.errors",
         "app.events",
         "app.generation",
