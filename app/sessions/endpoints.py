@@ -10,12 +10,14 @@ from contextlib import aclosing
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from app.errors import ApiError, Unauthorized
 from app.runtime import Runtime
+from app.sessions.lanes import too_many_lanes
 from app.sessions.socket_session import EventRefused, IdleClock, ResponsesSocketSession, SocketCreate
 from app.sessions.steering import Steer
 from app.tenants.identity import PROJECT_HEADER
@@ -62,8 +64,9 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
     settings = runtime.settings
     session = ResponsesSocketSession(runtime, tenant)
-    # Bounded: once full, the reader waits for room and the client's sends wait on TCP (backpressure).
-    creates: asyncio.Queue[SocketCreate] = asyncio.Queue(maxsize=settings.websocket_max_queued)
+    # The creates waiting on each lane (stream_id) with work, its running one apart. Bounded: once one is full,
+    # the reader waits for room and the client's sends wait on TCP (backpressure).
+    lanes: dict[str | None, asyncio.Queue[SocketCreate]] = {}
     # The reader answers refused events while a response's events go out: one frame at a time.
     sending = anyio.Lock()
     idle = IdleClock(settings.websocket_idle_timeout_s)
@@ -78,16 +81,19 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
             return False
         return True
 
-    async def read(cancel: anyio.CancelScope) -> None:
+    def waiting() -> bool:
+        return any(not queue.empty() for queue in lanes.values())
+
+    async def read(group: TaskGroup) -> None:
         # Each message is checked as it comes: one the server does not take is answered at once, even while a
-        # response runs; a create waits for the ones before it. A client that goes away cancels the one
-        # running, whose relay then cancels its generation. One that sits idle is closed.
+        # response runs; a create waits for the ones before it on its lane. A client that goes away cancels the
+        # ones running, whose relays then cancel their generations. One that sits idle is closed.
         try:
             while True:
-                with anyio.move_on_after(idle.left(waiting=not creates.empty())) as wait:
+                with anyio.move_on_after(idle.left(waiting=waiting())) as wait:
                     message = await websocket.receive()
                 if wait.cancelled_caught:
-                    if idle.expired(waiting=not creates.empty()):
+                    if idle.expired(waiting=waiting()):
                         await websocket.close(code=NORMAL_CLOSURE, reason=f"idle for {idle.timeout_s:g} s")
                         break
                     continue
@@ -108,15 +114,37 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
                     if not await send(refused.event):
                         break
                     continue
-                if isinstance(admitted, Steer):  # answered now: it is for the response running now
-                    for event in await session.steer(admitted):
-                        if not await send(event):
-                            return
+                if isinstance(admitted, Steer):  # answered now: it is for a response running now
+                    if not all([await send(event) for event in await session.steer(admitted)]):
+                        break
                     continue
-                await creates.put(admitted)
+                if not await enqueue(admitted, group):
+                    break
         except WebSocketDisconnect:
             pass
-        cancel.cancel()
+        group.cancel_scope.cancel()
+
+    async def enqueue(create: SocketCreate, group: TaskGroup) -> bool:
+        """Queue a create on its lane, opening the lane if it has no work (refused beyond the lanes' limit)."""
+        stream_id = create.about.stream_id
+        queue = lanes.get(stream_id)
+        if queue is None:
+            if len(lanes) >= settings.websocket_max_lanes:
+                return await send(session.refuse(create, too_many_lanes(settings.websocket_max_lanes)))
+            queue = lanes[stream_id] = asyncio.Queue(maxsize=settings.websocket_max_queued)
+            group.start_soon(run_lane, stream_id, queue, group.cancel_scope)
+        await queue.put(create)
+        return True
+
+    async def run_lane(stream_id: str | None, queue: asyncio.Queue[SocketCreate], cancel: anyio.CancelScope) -> None:
+        """One lane's creates, one at a time in order; the lane closes (its place free) once none waits."""
+        while True:
+            if not await respond(await queue.get()):
+                cancel.cancel()
+                return
+            if queue.empty():
+                del lanes[stream_id]
+                return
 
     async def respond(create: SocketCreate) -> bool:
         """Run one create, holding one of the tenant's request slots while it runs; False once the client left."""
@@ -135,7 +163,4 @@ async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
         return True
 
     async with anyio.create_task_group() as group:
-        group.start_soon(read, group.cancel_scope)
-        while await respond(await creates.get()):
-            pass
-        group.cancel_scope.cancel()
+        group.start_soon(read, group)

@@ -1,9 +1,11 @@
-"""WebSocket mode: one connection's client events -> the same events a stream sends, one response at a time, and
-the connection's last unstored response kept in memory for a `store: false` continuation.
+"""WebSocket mode: one connection's client events -> the same events a stream sends, one response at a time on each
+lane (lanes.py), each lane's last unstored response kept in memory for a `store: false` continuation, and the
+steers of running responses (steering.py).
 
 Each message is checked as it arrives (`admit`): one the server does not take is answered at once, even while a
-response runs, with an `error` that names the event it answers; a `response.create` that passes waits its turn
-(`run`), where what needs the database or the responses before it (the chain it continues) is checked."""
+response runs, with an `error` that names the event it answers; a `response.steer` is handled at once (`steer`);
+a `response.create` that passes waits its turn on its lane (`run`), where what needs the database or the responses
+before it (the chain it continues) is checked."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from app.responses.schemas import CreateResponseRequest
 from app.responses.submission import open_stream
 from app.runtime import Runtime
 from app.schemas.parsing import parse_json_object
+from app.sessions.lanes import Lane, Lanes
 from app.sessions.steering import (
     MAX_PENDING_STEERS,
     STEER_EVENT,
@@ -185,16 +188,8 @@ class ResponsesSocketSession:
     def __init__(self, runtime: Runtime, tenant: str) -> None:
         self.runtime = runtime
         self.tenant = tenant
-        #: The connection's last response, when it finished well and was not stored.
-        self._last: ConnectionChain | None = None
-        #: The response running now, and whether a continuation of it failed meanwhile (then it is not kept).
-        self._running: str | None = None
-        self._running_forgotten = False
-        #: The create of the response running now, and whether it is stored (a steer is stored on its row).
-        self._running_create: SocketCreate | None = None
-        self._running_stored = False
-        #: The steers accepted for the response running now.
-        self._steers: SteerQueue | None = None
+        #: Each lane's running response and last unstored response (kept for a continuation from any lane).
+        self._lanes = Lanes()
         #: Steers pending for responses that wait for client tool output or an approval, by response id.
         self._pending: dict[str, SteerQueue] = {}
         #: The ids of responses that ended on this connection, newest last.
@@ -267,38 +262,35 @@ class ResponsesSocketSession:
         named = about.continues
         if named is None:
             return
-        if self._last is not None and self._last.response_id == named:
-            self._last = None
-        if self._running == named:
-            self._running_forgotten = True
+        self._lanes.forget(named)
 
     async def steer(self, steer: Steer) -> list[dict[str, Any]]:
         """A `response.steer` for a response on this connection: accepted once stored and signalled (the job stops
         at its next safe boundary), to be committed when the response ends (`run`); else failed, input returned."""
         target = steer.previous_response_id
-        running = self._steers if self._running == target else None
+        lane = self._lanes.running(target)
+        running = lane.steers if lane is not None else None
         queue = running or self._pending.get(target)
         if queue is None:
             if target in self._ended:
                 return [self._failed(steer, "response_already_completed", f"Response {target!r} has completed.")]
             return [self._failed(steer, "response_not_found", f"No response {target!r} runs on this connection.")]
         steer.stream_id = queue.stream_id
-        create = self._running_create
-        bound = create is not None and (create.request.conversation or create.request.context_management)
-        if running is not None and bound:
+        request = lane.request if lane is not None else None
+        if running is not None and request is not None and (request.conversation or request.context_management):
             message = "Responses bound to a conversation or using automatic compaction do not support steering."
             return [self._failed(steer, "steering_not_supported", message)]
         if len(queue.steers) >= MAX_PENDING_STEERS:
             message = f"At most {MAX_PENDING_STEERS} steering submissions may wait for one response."
             return [self._failed(steer, "too_many_pending_steers", message)]
         steer.id = new_steer_id()
-        if running is not None:
+        if lane is not None and running is not None:
             try:
-                await request_steer(self.runtime, target, stored=self._running_stored)
+                await request_steer(self.runtime, target, stored=lane.stored)
             except Exception as error:
                 logger.warning("could not store the steer of %s: %s", target, error)
                 return [self._failed(steer, "response_not_active", "The steering input could not be stored.")]
-            if self._steers is not running:  # it ended while the steer was stored: nothing will commit it
+            if lane.steers is not running:  # it ended while the steer was stored: nothing will commit it
                 return [self._failed(steer, "response_already_completed", f"Response {target!r} has completed.")]
         queue.steers.append(steer)
         events = [accepted_event(steer, self._next_steer_sequence())]
@@ -333,7 +325,8 @@ class ResponsesSocketSession:
             if turn.steers is not None and not created:
                 for steer in turn.steers.steers:
                     yield self._failed(steer, "successor_creation_failed", "The successor response was not created.")
-            queue, self._steers = self._steers, None
+            lane = self._lanes.of(turn.about.stream_id)
+            queue, lane.steers = lane.steers, None
             current, turn = turn, None
             if queue is not None and queue.steers:
                 events, turn = self._commit(queue, final, current)
@@ -376,14 +369,15 @@ class ResponsesSocketSession:
     async def _run_one(self, create: SocketCreate) -> AsyncGenerator[dict[str, Any], None]:
         """One response's events, or an error event."""
         stream_id = create.about.stream_id
+        lane = self._lanes.of(stream_id)
         final: dict[str, Any] | None = None
         try:
             # Each response.create counts as a request, as an HTTP create does (its tokens when it is submitted).
             await self.runtime.limits.admit_request(self.tenant)
             prepared = await self._prepare(create)
-            self._running, self._running_forgotten = prepared.response.id, False
-            self._running_create, self._running_stored = create, prepared.job.store
-            self._steers = SteerQueue(prepared.response.id, stream_id)
+            lane.running, lane.forgotten = prepared.response.id, False
+            lane.request, lane.stored = create.request, prepared.job.store
+            lane.steers = SteerQueue(prepared.response.id, stream_id)
             events = await open_stream(self.runtime, prepared, self.tenant)
             try:
                 async for event in events:
@@ -412,26 +406,30 @@ class ResponsesSocketSession:
             yield error_event(unavailable or server_error, create.about)
             return
         finally:
-            if self._running is not None:
-                self._ended[self._running] = None
+            if lane.running is not None:
+                self._ended[lane.running] = None
                 while len(self._ended) > ENDED_KEPT:
                     self._ended.popitem(last=False)
-            self._running, self._running_create = None, None
-        self._remember(prepared, final)
+            lane.running, lane.request = None, None
+        self._remember(lane, prepared, final)
 
     async def _prepare(self, create: SocketCreate) -> PreparedResponse:
         return await service.prepare(
-            create.request, self.tenant, self.runtime, connection=self._last, generate=create.generate
+            create.request,
+            self.tenant,
+            self.runtime,
+            connection=self._lanes.kept(create.request.previous_response_id),
+            generate=create.generate,
         )
 
-    def _remember(self, prepared: PreparedResponse, final: dict[str, Any] | None) -> None:
-        """Keep the response for a continuation when it finished well, nothing else holds it (store: false), and
-        no continuation of it failed while it ran."""
-        self._last = None
+    def _remember(self, lane: Lane, prepared: PreparedResponse, final: dict[str, Any] | None) -> None:
+        """Keep the response as its lane's last for a continuation (from any lane) when it finished well, nothing
+        else holds it (store: false), and no continuation of it failed while it ran."""
+        lane.last = None
         if final is None or final["status"] not in CONTINUABLE_STATUSES or prepared.job.store:
             return
-        if self._running_forgotten:
+        if lane.forgotten:
             return
         context = prepared.context
         turns = [*context.history, Turn(input_items=context.items, output_items=final["output"])]
-        self._last = ConnectionChain(final["id"], turns, context.chain_root or final["id"])
+        lane.last = ConnectionChain(final["id"], turns, context.chain_root or final["id"])
