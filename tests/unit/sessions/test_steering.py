@@ -252,3 +252,20 @@ def test_a_steer_whose_signal_is_lost_is_read_from_the_store(setup: Setup, monke
         assert len(final["output"][0]["content"][0]["text"].split()) < 200
         successor = until_terminal(socket)[-1]["response"]
         assert successor["previous_response_id"] == running and successor["status"] == "completed"
+
+
+@pytest.mark.settings(lease_s=1, reconcile_interval_s=0.05)
+def test_a_steer_for_a_response_whose_worker_died_is_returned(setup: Setup) -> None:
+    slow(setup)
+    setup.runner.crash_after = 20  # its lease expires, and the reconciler ends it failed
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        json_format = {"format": {"type": "json_object"}}  # never cut: the steer waits for its end
+        socket.send_text(json.dumps({"type": "response.create", "input": "go", "text": json_format}))
+        running = until(socket, "response.output_text.delta")[0]["response"]["id"]
+        steer(socket, running, "x")
+        accepted = until(socket, "response.steer.accepted")[-1]
+        ended = until(socket, "response.failed")[-1]  # after an `error` event that says why
+        assert ended["response"]["id"] == running
+        failed = receive(socket)
+        assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "response_not_active"
+        assert failed["steer"] == {**accepted["steer"], "input": "x"}
