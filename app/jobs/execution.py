@@ -417,9 +417,15 @@ class JobExecution:
 
     def _stop_for_steering(self, generation: GenerationRun) -> None:
         asked = self._steer_asked or (self.lease is not None and self.lease.steer_requested)
-        if asked and not self._steering and not self._structured and self.assembler.steerable():
-            self._steering = True
+        if not asked or self._steering or self._structured or not self.assembler.steerable():
+            return
+        if isinstance(generation, LoopRun):
+            if generation.call is not None and not generation.call.done():
+                return  # an MCP call in flight is never cut: the next round's first token stops it
+            generation.run.cancel()  # the model's run only: the loop then ends with this round
+        else:
             generation.cancel()
+        self._steering = True
 
     async def _steered(self, finish: Finish) -> Finish:
         """A stop this run made for steering input ends `steered`, unless a cancel came too (stored or signalled)."""
