@@ -228,12 +228,19 @@ class Settings(BaseSettings):
         description="Largest request body (and WebSocket message) in bytes; larger ones are refused with a 413 "
         "before they are read in full.",
     )
+    websocket_max_lanes: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Lanes (stream_id) one WebSocket connection may have running or waiting at once: each runs its "
+        "own response.create messages in order, side by side with the others; a create for one more is refused.",
+    )
     websocket_max_queued: int = Field(
         8,
         ge=1,
         le=1024,
-        description="response.create messages one WebSocket connection may have waiting behind the one running; "
-        "beyond it the server stops reading the connection until one starts (backpressure).",
+        description="response.create messages one WebSocket lane (stream_id) may have waiting behind the one "
+        "running; beyond it the server stops reading the connection until one starts (backpressure).",
     )
     websocket_idle_timeout_s: float = Field(
         600,

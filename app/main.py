@@ -50,6 +50,7 @@ from app.responses import endpoints as responses
 from app.runtime import Runtime
 from app.secrets.keys import load_sealer
 from app.served_models import endpoints as served_models
+from app.sessions import endpoints as sessions
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
@@ -209,7 +210,7 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, conversations, served_models, keys, webhooks, files, batches, usage):
+    for module in (responses, sessions, conversations, served_models, keys, webhooks, files, batches, usage):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

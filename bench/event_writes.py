@@ -212,7 +212,7 @@ async def _writer(
         step = jobs.ProgressStep(position=position, pieces=[" bread"] * batch, ids=[])
         async with sessionmaker() as session, session.begin():
             now = utc_now()
-            held, _ = await jobs.renew(
+            held, _, _ = await jobs.renew(
                 session, response_id, holder=holder, now=now, lease_until=now + timedelta(seconds=15), progress=step
             )
             assert held

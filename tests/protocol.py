@@ -189,3 +189,25 @@ def assert_error(reply: httpx.Response, status: int, *, param: str | None, code:
     if code is not None:
         assert error["code"] == code, error
     return error
+
+
+def steered_exchange(connection: Any, steering: str, **fields: Any) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Start a response on an SDK WebSocket connection, steer it at its first text delta, and read on to the end
+    of the automatic successor: (the steering events, the steered response, the successor), both streams checked."""
+    connection.response.create(**fields)
+    streams: list[list[dict[str, Any]]] = [[]]
+    steering_events: list[Any] = []
+    for event in connection:
+        if event.type.startswith("response.steer"):
+            steering_events.append(event)
+            continue
+        streams[-1].append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
+        if event.type == "response.output_text.delta" and len(streams) == 1 and not steering_events:
+            connection.response.steer(previous_response_id=streams[0][0]["response"]["id"], input=steering)
+        if event.type in SDK_TERMINAL_EVENT_TYPES:
+            if len(streams) == 2:
+                break
+            streams.append([])
+        assert event.type != "error", event
+    steered, successor = (assert_well_formed_stream(stream, union=SOCKET_EVENT) for stream in streams)
+    return steering_events, steered, successor

@@ -154,7 +154,9 @@ async def startup(
     limit_tenant_labels(settings.metrics_max_tenants)
     runtime = ctx[RUNTIME_KEY] = await WorkerRuntime.start(settings, models, ctx["redis"], announcements)
     tasks: dict[str, Callable[[], Awaitable[None]]] = {
-        "signal listener": partial(listen_for_signals, runtime.redis, announcements, runtime.executor.cancel),
+        "signal listener": partial(
+            listen_for_signals, runtime.redis, announcements, runtime.executor.cancel, runtime.executor.steer
+        ),
         "heartbeat": partial(beat, runtime.redis, runtime.worker_id, models),
         "reconciler": partial(reconcile_forever, runtime.reconciler, settings.reconcile_interval_s),
         "webhook delivery": partial(

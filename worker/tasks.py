@@ -16,7 +16,7 @@ from app.db.session import Database
 from app.jobs.recovery import Reconciler
 from app.observability.metrics import WORKER_HEARTBEATS
 from app.ops.retention import apply_retention
-from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, subscribe_confirmed
+from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, STEER_CHANNEL, subscribe_confirmed
 from app.transport.redis_queue import WORKER_HEARTBEAT_S, WORKER_TTL_S, exclusive, register_worker
 
 logger = logging.getLogger("llama_responses.worker")
@@ -63,19 +63,29 @@ async def supervise(name: str, task: Callable[[], Awaitable[None]]) -> None:
         backoff_s = min(backoff_s * 2, RESTART_BACKOFF_S[1])
 
 
-async def listen_for_signals(redis: ArqRedis, announcements: JobAnnouncements, cancel: Callable[[str], None]) -> None:
-    """Cancel signals, for a stop within a token, and job announcements, for a start without waiting for the next
-    poll. A signal missed while this reconnects is not lost: the cancel is stored, and each generation's heartbeat
-    reads it; the job is found by the next poll."""
+async def listen_for_signals(
+    redis: ArqRedis,
+    announcements: JobAnnouncements,
+    cancel: Callable[[str], None],
+    steer: Callable[[str], None] | None = None,
+) -> None:
+    """Cancel and steer signals, for a stop within a token, and job announcements, for a start without waiting for
+    the next poll. A signal missed while this reconnects is not lost: the cancel (or steer) is stored, and each
+    generation's heartbeat reads it; the job is found by the next poll."""
     pubsub = redis.pubsub()
     try:
         await subscribe_confirmed(pubsub, CANCEL_CHANNEL)
+        await subscribe_confirmed(pubsub, STEER_CHANNEL)
         await subscribe_confirmed(pubsub, JOB_READY_CHANNEL)
         async for message in pubsub.listen():
             if message["type"] != "message":
                 continue
-            if message["channel"].decode() == JOB_READY_CHANNEL:
+            channel = message["channel"].decode()
+            if channel == JOB_READY_CHANNEL:
                 announcements.announce(message["data"].decode())
+            elif channel == STEER_CHANNEL:
+                if steer is not None:
+                    steer(message["data"].decode())
             else:
                 cancel(message["data"].decode())
     finally:

@@ -48,7 +48,7 @@ from app.schemas.responses import (
     Usage,
 )
 
-FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}
+FINAL_STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled", "steered": "incomplete"}
 #: What the API sends of a background stream before any worker takes its job.
 OPENING_EVENT_TYPES = ("response.created", "response.queued")
 
@@ -293,6 +293,11 @@ class ResponseAssembler:
             events += self._answer()
         return events
 
+    def steerable(self) -> bool:
+        """Whether the output may stop here for steering input: not inside a call (its tag opened, or perhaps
+        opening), whose arguments would be cut."""
+        return self._calls_from is None and not (self._functions and held_back(self._raw))
+
     # Function calls ------------------------------------------------------------------------------------
 
     def _parsed_calls(self, completed: bool) -> list[ParsedCall]:
@@ -372,7 +377,8 @@ class ResponseAssembler:
             total_tokens=finish.prompt_tokens + finish.output_tokens,
         )
         if status == "incomplete":
-            self.response.incomplete_details = IncompleteDetails(reason="max_output_tokens")
+            reason = "steered" if finish.reason == "steered" else "max_output_tokens"
+            self.response.incomplete_details = IncompleteDetails(reason=reason)
         if status == "completed":
             self.response.completed_at = completed_at
         events.append(self._lifecycle(status))

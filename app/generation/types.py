@@ -11,7 +11,9 @@ from app.generation.prompt import ChatMessage
 #: Room a prompt must leave for the answer; matches the API's minimum max_output_tokens.
 MIN_OUTPUT_TOKENS = 16
 
-FinishReason = Literal["stop", "length", "cancelled"]
+#: "steered": stopped at a safe boundary for steering input (WebSocket `response.steer`); the runner itself never
+#: says it (its run was cancelled), the job that asked for the stop does.
+FinishReason = Literal["stop", "length", "cancelled", "steered"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,8 @@ TokenCharge = Callable[[str, int], Awaitable[None]]
 logger = logging.getLogger(__name__)
 
 STORE_FAILED_MESSAGE = "The server could not store this response's final state."
+#: Text formats whose output is one structured value: a steer never cuts it (the response completes first).
+STRUCTURED_FORMATS = frozenset({"json_schema", "json_object"})
 
 
 class Interrupted(enum.Enum):
@@ -101,6 +103,14 @@ class JobExecution:
         #: The run's Finish (or GenerationFailed) was read: the run closes its response itself.
         self._ended = False
         self._interrupted: Interrupted | None = None
+        #: Steering input waits for this response (a signal, or stored: the lease reads it); `_steering`: the
+        #: generation was stopped for it, at a safe boundary (never inside a call or a structured output).
+        self._steer_asked = False
+        self._steering = False
+        #: A cancel signal came: a stop is then the cancel's, not the steering's.
+        self._cancel_asked = False
+        text_format = (job.response.get("text") or {}).get("format") or {}
+        self._structured = text_format.get("type") in STRUCTURED_FORMATS
         self.observer = JobObserver(job)
         #: Kept events wait here for their write; the progress step and the lease renewal ride in it.
         self.batch = EventBatch(
@@ -368,6 +378,7 @@ class JobExecution:
             heartbeat = asyncio.create_task(self.lease.heartbeat(self.database, generation, beats_progress))
         try:
             if claim.cancel_requested or await self._cancel_stored():
+                self._cancel_asked = True
                 generation.cancel()
             await self._relay(generation)
         except LeaseLost:
@@ -400,8 +411,34 @@ class JobExecution:
 
     def cancel(self) -> None:
         """A cancel signal: a tool loop stops between rounds too (the model's run alone is the runner's)."""
+        self._cancel_asked = True
         if isinstance(self.generation, LoopRun):
             self.generation.cancel()
+
+    def steer(self) -> None:
+        """A steer signal: the generation stops at the next safe boundary, and the response ends `incomplete`
+        (reason `steered`); one that completes first is not cut."""
+        self._steer_asked = True
+        if self.generation is not None:
+            self._stop_for_steering(self.generation)
+
+    def _stop_for_steering(self, generation: GenerationRun) -> None:
+        asked = self._steer_asked or (self.lease is not None and self.lease.steer_requested)
+        if not asked or self._steering or self._structured or not self.assembler.steerable():
+            return
+        if isinstance(generation, LoopRun):
+            if generation.call is not None and not generation.call.done():
+                return  # an MCP call in flight is never cut: the next round's first token stops it
+            generation.run.cancel()  # the model's run only: the loop then ends with this round
+        else:
+            generation.cancel()
+        self._steering = True
+
+    async def _steered(self, finish: Finish) -> Finish:
+        """A stop this run made for steering input ends `steered`, unless a cancel came too (stored or signalled)."""
+        if not self._steering or finish.reason != "cancelled" or self._cancel_asked or await self._cancel_stored():
+            return finish
+        return replace(finish, reason="steered")
 
     async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
         while True:
@@ -413,6 +450,7 @@ class JobExecution:
                     self.observer.output()
                     self.progress.pieces.append(output if isinstance(output, str) else output.text)
                     await self._emit(self.assembler.text(output))
+                    self._stop_for_steering(generation)
                     continue
                 if isinstance(output, Finish) and not silent:
                     output = self._counted(output)
@@ -421,6 +459,8 @@ class JobExecution:
                     if ended is None:
                         break  # the next round's run is in `generation`
                     output = ended
+                if isinstance(output, Finish) and not silent:
+                    output = await self._steered(output)
                 self._ended = True  # read once: a close that raises must not wait for it again
                 if self.lease is not None and self.lease.lapsed:
                     # Its end is the reconciler's (or a takeover's) to write once the database is back.

@@ -70,6 +70,12 @@ class JobExecutor:
         if execution is not None:
             execution.cancel()
 
+    def steer(self, response_id: str) -> None:
+        """A steer signal: the running response stops at its next safe boundary (see JobExecution.steer)."""
+        execution = self.executions.get(response_id)
+        if execution is not None:
+            execution.steer()
+
     def loaded(self) -> set[str] | None:
         return self.runner.loaded()
 

@@ -64,6 +64,9 @@ class JobLease:
         self._runs_out_at = time.monotonic() + lease_s
         #: The heartbeat could not renew the lease before it ran out: the job is no longer this run's to end.
         self.lapsed = False
+        #: A steer is stored for the response (read by the claim and each renewal): the run stops at its next
+        #: safe boundary (JobExecution), whether or not the signal reached it.
+        self.steer_requested = False
 
     @property
     def holder(self) -> Holder:
@@ -94,20 +97,22 @@ class JobLease:
             next_stored = await repository.next_sequence_number(session, row.id)
         if row.attempts > 1:
             logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
+        self.steer_requested = row.steer_requested_at is not None
         return Claim(progress, next_stored, cancel_requested=row.cancel_requested_at is not None)
 
     async def renew(self, session: AsyncSession, progress: ProgressStep | None = None) -> bool:
         """Extend the lease, appending `progress`; whether a cancel was requested. LeaseLost when it is not ours."""
-        held, cancel = await repository.renew(
+        held, cancel, steer = await repository.renew(
             session, self.response_id, holder=self.holder, now=utc_now(), lease_until=self._until(), progress=progress
         )
         if not held:
             raise LeaseLost(self.response_id)
+        self.steer_requested = self.steer_requested or steer
         return cancel
 
     async def cancel_requested(self, session: AsyncSession) -> bool:
         """Whether a cancel is stored, the lease neither extended nor required (False once it is not ours)."""
-        _, cancel = await repository.renew(
+        _, cancel, _ = await repository.renew(
             session, self.response_id, holder=self.holder, now=utc_now(), lease_until=None
         )
         return cancel
@@ -125,7 +130,7 @@ class JobLease:
         """Give the lease up now (this process stops), with the progress a takeover goes on from: whether it was
         still ours."""
         now = utc_now()
-        held, _ = await repository.renew(
+        held, _, _ = await repository.renew(
             session, self.response_id, holder=self.holder, now=now, lease_until=now, progress=progress
         )
         return held

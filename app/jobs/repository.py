@@ -109,13 +109,14 @@ async def renew(
     now: datetime,
     lease_until: datetime | None,
     progress: ProgressStep | None = None,
-) -> tuple[bool, bool]:
-    """Extend the lease (and append a progress step) while `holder` holds it: (still held, cancel requested)."""
+) -> tuple[bool, bool, bool]:
+    """Extend the lease (and append a progress step) while `holder` holds it: (still held, cancel requested,
+    steer requested)."""
     values: dict[str, Any] = {"heartbeat_at": now}
     if lease_until is not None:
         values["lease_expires_at"] = lease_until
     if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
-        return False, False
+        return False, False, False
     if progress is not None:
         session.add(
             GenerationProgressRow(
@@ -123,8 +124,11 @@ async def renew(
             )
         )
         await session.flush()
-    query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id)
-    return True, (await session.execute(query)).scalar_one_or_none() is not None
+    query = select(ResponseRow.cancel_requested_at, ResponseRow.steer_requested_at).where(ResponseRow.id == response_id)
+    asked = (await session.execute(query)).one_or_none()
+    if asked is None:
+        return True, False, False
+    return True, asked[0] is not None, asked[1] is not None
 
 
 async def progress_of(session: AsyncSession, response_id: str) -> Progress | None:
@@ -213,6 +217,19 @@ async def release_for_takeover(session: AsyncSession, response_id: str, *, now: 
         ResponseRow.status == "in_progress",
         or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
     )
+
+
+async def request_steer(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
+    """Record that steering input waits for a response (the first request counts); False when it has ended."""
+    await _update(
+        session,
+        {"steer_requested_at": now},
+        ResponseRow.id == response_id,
+        ResponseRow.steer_requested_at.is_(None),
+        ResponseRow.status.in_(("queued", "in_progress")),
+    )
+    query = select(ResponseRow.status).where(ResponseRow.id == response_id)
+    return (await session.execute(query)).scalar_one_or_none() in ("queued", "in_progress")
 
 
 async def request_cancel(session: AsyncSession, response_id: str, *, now: datetime) -> bool:

@@ -1,25 +1,19 @@
 """/v1/responses: create (JSON or SSE), retrieve (or replay), delete, cancel, list (an extension), input items,
-input token counts, compact, and WebSocket mode. Thin: parse, call one service function, reply."""
+input token counts and compact (WebSocket mode is app/sessions/). Thin: parse, call one service function, reply."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from contextlib import aclosing
 from functools import partial
 from typing import Annotated, Any
 
-import anyio
-from fastapi import APIRouter, Query, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
-from starlette.websockets import WebSocketDisconnect
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
 
 from app.api.deps import IncludesDep, RuntimeDep, TenantDep, WorkingTenantDep
 from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.errors import ApiError, Unauthorized
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -35,11 +29,8 @@ from app.responses.schemas import (
     ResponseFilters,
     ResponseList,
 )
-from app.responses.socket_session import EventRefused, IdleClock, ResponsesSocketSession, SocketCreate
-from app.runtime import Runtime
 from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
-from app.tenants.identity import PROJECT_HEADER
 
 router = APIRouter()
 IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
@@ -65,10 +56,6 @@ METADATA_QUERY = {
     "description": "metadata[KEY]=VALUE: responses whose metadata has KEY set to VALUE (all pairs must match).",
     "schema": {"type": "object", "additionalProperties": {"type": "string"}},
 }
-#: Close code for a refused upgrade where the server cannot answer it with an HTTP status (policy violation).
-POLICY_VIOLATION = 1008
-NORMAL_CLOSURE = 1000
-DENIAL_EXTENSION = "websocket.http.response"
 
 
 # 500: the model could not write the summary.
@@ -182,115 +169,3 @@ async def get_input_items(
     page: PageDep,
 ) -> InputItemList:
     return await reads.list_input_items(runtime.database, response_id, tenant, page, includes=includes)
-
-
-# WebSocket mode (the SDK's `client.responses.connect()`): authenticate the upgrade, then answer each message the
-# server does not take at once, and relay the responses of the others in order, while listening for the client
-# going away.
-
-
-async def _refuse(websocket: WebSocket, error: ApiError) -> None:
-    """The same 401 as HTTP where the server can send one on an upgrade; else a policy-violation close."""
-    if DENIAL_EXTENSION in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(
-            JSONResponse(error.body(), status_code=error.status_code, headers=error.headers or None)
-        )
-    else:
-        await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
-
-
-@router.websocket("/responses")
-async def responses_socket(websocket: WebSocket) -> None:
-    runtime: Runtime = websocket.app.state.runtime
-    try:
-        identity = await runtime.authenticator.identify(
-            websocket.headers.get("authorization", ""), websocket.headers.get(PROJECT_HEADER)
-        )
-        identity.require_write()  # every message on the socket is a create
-        tenant = identity.tenant
-        # Connections are counted apart from requests: an open one takes one of its tenant's request slots only
-        # while a response runs on it (below), so idle connections never lock the tenant's requests out.
-        runtime.sockets.acquire(tenant)
-    except ApiError as error:
-        await _refuse(websocket, error)
-        return
-    try:
-        await _serve(websocket, runtime, tenant)
-    finally:
-        runtime.sockets.release(tenant)
-
-
-async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
-    await websocket.accept()
-    settings = runtime.settings
-    session = ResponsesSocketSession(runtime, tenant)
-    # Bounded: once full, the reader waits for room and the client's sends wait on TCP (backpressure).
-    creates: asyncio.Queue[SocketCreate] = asyncio.Queue(maxsize=settings.websocket_max_queued)
-    # The reader answers refused events while a response's events go out: one frame at a time.
-    sending = anyio.Lock()
-    idle = IdleClock(settings.websocket_idle_timeout_s)
-    authorization = websocket.headers.get("authorization", "")
-
-    async def send(event: dict[str, Any]) -> bool:
-        """Send one event; False when the client has gone (Starlette raises RuntimeError once it saw the close)."""
-        try:
-            async with sending:
-                await websocket.send_text(json.dumps(event, separators=(",", ":")))
-        except (WebSocketDisconnect, RuntimeError):
-            return False
-        return True
-
-    async def read(cancel: anyio.CancelScope) -> None:
-        # Each message is checked as it comes: one the server does not take is answered at once, even while a
-        # response runs; a create waits for the ones before it. A client that goes away cancels the one
-        # running, whose relay then cancels its generation. One that sits idle is closed.
-        try:
-            while True:
-                with anyio.move_on_after(idle.left(waiting=not creates.empty())) as wait:
-                    message = await websocket.receive()
-                if wait.cancelled_caught:
-                    if idle.expired(waiting=not creates.empty()):
-                        await websocket.close(code=NORMAL_CLOSURE, reason=f"idle for {idle.timeout_s:g} s")
-                        break
-                    continue
-                idle.touch()
-                if message["type"] == "websocket.disconnect":
-                    break
-                try:
-                    # A key revoked since the upgrade is refused here too (as soon as this node's cache knows).
-                    await runtime.authenticator.identify(authorization)
-                except Unauthorized as error:
-                    await send({"type": "error", "status": error.status_code, **error.body()})
-                    await websocket.close(code=POLICY_VIOLATION, reason=error.message[:120])
-                    break
-                data = message.get("text")
-                try:
-                    await creates.put(session.admit(data if data is not None else message.get("bytes") or b""))
-                except EventRefused as refused:
-                    if not await send(refused.event):
-                        break
-        except WebSocketDisconnect:
-            pass
-        cancel.cancel()
-
-    async def respond(create: SocketCreate) -> bool:
-        """Run one create, holding one of the tenant's request slots while it runs; False once the client left."""
-        try:
-            runtime.slots.acquire(tenant, (await runtime.policy.limits_of(tenant)).max_concurrent_requests)
-        except ApiError as error:  # the tenant's requests hold every slot (or its limits are unreadable): refused
-            return await send(session.refuse(create, error))
-        try:
-            with idle.busy():
-                async with aclosing(session.run(create)) as events:
-                    async for event in events:
-                        if not await send(event):
-                            return False
-        finally:
-            runtime.slots.release(tenant)
-        return True
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(read, group.cancel_scope)
-        while await respond(await creates.get()):
-            pass
-        group.cancel_scope.cancel()

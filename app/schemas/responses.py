@@ -34,7 +34,7 @@ class ResponseError(BaseModel):
 
 
 class IncompleteDetails(BaseModel):
-    reason: Literal["max_output_tokens", "content_filter"]
+    reason: Literal["max_output_tokens", "content_filter", "steered"]
 
 
 class InputTransformation(BaseModel):

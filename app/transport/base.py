@@ -1,6 +1,6 @@
 """What a transport is, whatever carries the jobs: jobs in (to whoever runs the model), events out (live fan-out
-to the API nodes), cancel signals. Protocols only: the in-process and arq/Redis backends sit beside this module,
-and the code that runs a job is handed to them (JobExecutor), so no transport imports the jobs it carries."""
+to the API nodes), cancel and steer signals. Protocols only: the in-process and arq/Redis backends sit beside this
+module, and the code that runs a job is handed to them (JobExecutor), so no transport imports the jobs it carries."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ class JobExecutor(Protocol):
 
     def cancel(self, response_id: str) -> None:
         """Stop the job's generation, if it runs here (a cancel signal)."""
+
+    def steer(self, response_id: str) -> None:
+        """Stop the job's generation at its next safe boundary, for steering input, if it runs here."""
 
     def loaded(self) -> set[str] | None:
         """The models in memory here now; None where models are not loaded on demand."""
@@ -59,6 +62,9 @@ class GenerationQueue(Protocol):
 
     async def cancel(self, response_id: str) -> None:
         """Signal whoever runs this response's generation to stop it."""
+
+    async def steer(self, response_id: str) -> None:
+        """Signal whoever runs this response's generation that steering input waits for it."""
 
     async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
         """Enqueue a job again (its worker died, or Redis lost it), clearing what the queue kept of its last run."""

@@ -58,6 +58,9 @@ class InProcessQueue:
     async def cancel(self, response_id: str) -> None:
         self.executor.cancel(response_id)
 
+    async def steer(self, response_id: str) -> None:
+        self.executor.steer(response_id)
+
     async def live_workers(self, model: str | None = None) -> int:
         return 1
 

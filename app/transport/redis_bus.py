@@ -12,6 +12,7 @@ from app.events.encoding import EncodedEvent, event_json
 
 KEY_PREFIX = "llama-responses"
 CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
+STEER_CHANNEL = f"{KEY_PREFIX}:steer"
 #: The name of a queue that a job was just put on: its workers poll it at once instead of at their next poll.
 JOB_READY_CHANNEL = f"{KEY_PREFIX}:job-ready"
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0

@@ -23,7 +23,7 @@ from app.generation.job import GenerationJob, JobClass
 from app.transport.base import ModelAvailability
 from app.transport.fair_scores import fair_score
 from app.transport.queued_tenants import queued_by_tenant, record_queued
-from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, RedisBus
+from app.transport.redis_bus import CANCEL_CHANNEL, JOB_READY_CHANNEL, KEY_PREFIX, STEER_CHANNEL, RedisBus
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +241,9 @@ class ArqQueue:
 
     async def cancel(self, response_id: str) -> None:
         await self.pool.publish(CANCEL_CHANNEL, response_id)
+
+    async def steer(self, response_id: str) -> None:
+        await self.pool.publish(STEER_CHANNEL, response_id)
 
     async def live_workers(self, model: str | None = None) -> int:
         """One sorted-set count, whatever the size of the keyspace."""

@@ -45,6 +45,8 @@ class ResponseRow(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: Set by a cancel before anything else: whoever holds or later takes the job honours it.
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    #: Set by a WebSocket `response.steer` before its signal: the job stops at its next safe boundary, `steered`.
+    steer_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: How many times a worker claimed the job (the first run, then each takeover).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

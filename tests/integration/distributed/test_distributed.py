@@ -24,7 +24,13 @@ from app.testing.databases import count_responses, fresh_postgres_database
 from app.testing.servers import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
 from app.testing.sse import parse_sse
 from app.transport.redis_queue import ArqQueue, affinity_owner_key, model_queue, register_worker, worker_queue
-from tests.protocol import SOCKET_EVENT, assert_exact_response, assert_well_formed_stream, socket_exchange
+from tests.protocol import (
+    SOCKET_EVENT,
+    assert_exact_response,
+    assert_well_formed_stream,
+    socket_exchange,
+    steered_exchange,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -212,6 +218,19 @@ def test_a_websocket_warm_up_runs_on_the_worker_that_then_serves_its_chain(clust
     # The chain's affinity sent the turn to the worker whose cache the warm-up filled: all of the warm-up's
     # prompt but the assistant turn's opening (3 tokens here), where the turn has its new input.
     assert turn["usage"]["input_tokens_details"]["cached_tokens"] >= warm["usage"]["input_tokens"] - 3
+
+
+def test_a_steer_stops_the_response_on_its_worker_and_a_successor_follows(cluster: Cluster) -> None:
+    a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
+    fields = {"model": model_of(b), "temperature": 0, "max_output_tokens": 64}
+    with b.responses.connect() as connection:  # stored, signalled to the worker that runs it, as a cancel is
+        steering, steered, successor = steered_exchange(
+            connection, "Stop. Just say the word OK.", input="Count from 1 to 200, separated by commas.", **fields
+        )
+    assert [event.type for event in steering] == ["response.steer.accepted"]
+    assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
+    assert successor["previous_response_id"] == steered["id"] and successor["max_output_tokens"] == 64
+    assert a.responses.retrieve(steered["id"]).incomplete_details.reason == "steered"  # type: ignore[union-attr]
 
 
 def test_cancel_stops_the_worker_within_about_a_token(cluster: Cluster) -> None:

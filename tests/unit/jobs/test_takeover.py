@@ -355,7 +355,7 @@ async def test_a_run_whose_lease_runs_out_while_the_database_is_away_stops_and_s
         writes_while_away.append(what)
         return OperationalError(what, {}, ConnectionRefusedError(111, "Connect call failed"))
 
-    async def renew_unless_away(session: AsyncSession, response_id: str, **kwargs: Any) -> tuple[bool, bool]:
+    async def renew_unless_away(session: AsyncSession, response_id: str, **kwargs: Any) -> tuple[bool, bool, bool]:
         if away.is_set():
             raise refused("renew")
         return await renew(session, response_id, **kwargs)

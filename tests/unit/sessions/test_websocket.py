@@ -81,7 +81,7 @@ def test_bad_messages_are_error_events_and_the_connection_stays_open(setup: Setu
         error = json.loads(socket.receive_text())
         assert error["type"] == "error" and error["status"] == 400 and error["error"]["code"] == "invalid_json"
         cases: list[tuple[dict[str, Any], str]] = [
-            ({"type": "response.steer", "input": "x"}, "type"),
+            ({"type": "response.steer", "input": "x"}, "previous_response_id"),
             ({"input": "x"}, "type"),
             ({"type": "response.create", "input": "x", "background": True}, "background"),
             ({"type": "response.create", "input": "x", "temperature": 9}, "temperature"),
@@ -149,9 +149,9 @@ def test_refused_events_are_answered_at_once_while_a_response_runs(setup: Setup)
     refused: list[tuple[str | dict[str, Any], str | None, list[str]]] = [
         ("this is not json", None, ["a message"]),
         (
-            {"type": "response.steer", "event_id": "evt_steer", "previous_response_id": "resp_1", "input": "x"},
-            "type",
-            ["'response.steer'", "event_id 'evt_steer'", "previous_response_id 'resp_1'"],
+            {"type": "response.steer", "event_id": "evt_steer", "input": "x"},
+            "previous_response_id",
+            ["'response.steer'", "event_id 'evt_steer'"],
         ),
         (
             {"type": "response.cancel", "event_id": "evt_cancel", "response_id": "resp_2"},

@@ -1,0 +1,1 @@
+"""Live sessions on a WebSocket connection: its client events, the responses it runs, steering."""
