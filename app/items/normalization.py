@@ -9,6 +9,7 @@ from typing import Any
 from app.errors import InvalidRequest
 from app.generation.prompt import Turn, call_ids
 from app.ids import new_id
+from app.schemas.client_tool_items import CLIENT_TOOL_ITEMS
 from app.schemas.items import (
     CALL_OUTPUT_TYPES,
     CompactionItem,
@@ -89,7 +90,11 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
             items.append({"type": "item_reference", "id": entry.id})
             continue
         item: Item
-        if isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
+        client_tool_item = CLIENT_TOOL_ITEMS.get(type(entry))
+        if client_tool_item is not None:
+            stored, prefix = client_tool_item
+            item = stored.model_validate({**entry.model_dump(), "id": entry.id or new_id(prefix)})  # type: ignore[assignment]
+        elif isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
             item = entry  # resent as they were returned, ids included
         elif isinstance(entry, McpApprovalResponseItem):
             item = StoredMcpApprovalResponse(**{**entry.model_dump(), "id": entry.id or new_id("mcpa")})
@@ -114,7 +119,9 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
                 content=_message_parts(entry, where),
                 status=entry.status or "completed",
             )
-        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction)
+        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction) or (
+            client_tool_item is not None
+        )
         items.append(item.model_dump(mode="json", exclude_none=exclude_none))
     return items
 
