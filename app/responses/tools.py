@@ -196,6 +196,20 @@ def _functions_of(
     return functions, ignored, schema_params
 
 
+def searched_tools(items: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools a client's tool searches found (its tool_search_output items among `items`), which the model may
+    call from then on as if the request had sent them: each name once (the latest search's), none the request's
+    `tools` name already."""
+    sent = {tool.get("name") for tool in tools or [] if isinstance(tool, dict)}
+    found: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if item.get("type") == "tool_search_output" and item.get("execution") == "client":
+            for tool in item.get("tools") or []:
+                if isinstance(tool, dict) and tool.get("name") not in sent and isinstance(tool.get("name"), str):
+                    found[tool["name"]] = tool
+    return list(found.values())
+
+
 def resolve_tools(
     tools: list[dict[str, Any]] | None,
     tool_choice: str | dict[str, Any] | None,

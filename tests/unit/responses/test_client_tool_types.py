@@ -153,12 +153,17 @@ async def test_local_shell_and_client_tool_search_calls_are_their_sdk_items(
         "status": "completed",
         "tools": [{"type": "function", "name": "add_event", "parameters": {"type": "object", "properties": {}}}],
     }
-    says(runner, "Found add_event.")
+    says(runner, call("add_event", {}))
     second = await client.post(
         "/v1/responses", json={"input": [found], "previous_response_id": body["id"], "tools": [SEARCH]}
     )
     assert second.status_code == 200, second.text
     assert "add_event" in renderer.rendered[-1][-1].content
+    (found_call,) = second.json()["output"]
+    assert found_call["type"] == "function_call" and found_call["name"] == "add_event", (
+        "what a search found is callable"
+    )
+    assert second.json()["tools"] == [SEARCH], "echoed as the request sent them"
     listed = (await client.get(f"/v1/responses/{second.json()['id']}/input_items")).json()["data"]
     assert ResponseToolSearchOutputItem.model_validate(listed[0]).tools[0].type == "function"
 
