@@ -20,6 +20,7 @@ from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
 from app.errors import ApiError, Unauthorized
+from app.observability.metrics import WEBSOCKET_CONNECTIONS
 from app.responses import cancellation, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
@@ -222,6 +223,7 @@ async def responses_socket(websocket: WebSocket) -> None:
 
 async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
+    WEBSOCKET_CONNECTIONS.inc()
     settings = runtime.settings
     session = ResponsesSocketSession(runtime, tenant)
     # Bounded: once full, the reader waits for room and the client's sends wait on TCP (backpressure).
