@@ -207,3 +207,28 @@ async def test_an_output_must_answer_a_call_of_its_context(client: httpx.AsyncCl
     bad = {"type": "shell_call_output", "call_id": "call_x", "output": [{"stdout": 1}]}
     reply = await client.post("/v1/responses", json={"input": [bad], "tools": [SHELL]})
     assert reply.status_code == 400 and reply.json()["error"]["param"].startswith("input[0]")
+
+
+async def test_a_cut_call_is_an_incomplete_item_or_none_where_the_type_has_no_such_status(
+    client: httpx.AsyncClient, runner: FakeRunner
+) -> None:
+    runner.separator = ""
+    shell = call("shell", {"commands": ["ls -la /tmp"]})
+    # 16 empty pieces: max_output_tokens is at least 16; the cut falls inside the commands.
+    runner.reply = [""] * 16 + list(shell)
+    reply = await client.post(
+        "/v1/responses", json={"input": "x", "tools": [SHELL], "max_output_tokens": 16 + shell.index("/tmp")}
+    )
+    body = reply.json()
+    assert body["status"] == "incomplete"
+    (item,) = body["output"]
+    cut = ResponseFunctionShellToolCall.model_validate(item)
+    assert cut.status == "incomplete" and cut.action.commands == []
+    patch = call("apply_patch", {"type": "create_file", "path": "a.py", "diff": "+x"})
+    runner.reply = [""] * 16 + list(patch)
+    reply = await client.post(
+        "/v1/responses", json={"input": "x", "tools": [PATCH], "max_output_tokens": 16 + patch.index("a.py")}
+    )
+    body = reply.json()
+    assert body["status"] == "incomplete" and [item["type"] for item in body["output"]] == ["message"]
+    assert body["output"][0]["content"][0]["text"] == "", "no operation to apply, and never the call markup"
