@@ -9,9 +9,10 @@ from typing import Any
 from app.errors import InvalidRequest
 from app.generation.prompt import Turn, call_ids
 from app.ids import new_id
-from app.schemas.client_tool_items import CLIENT_TOOL_ITEMS
+from app.schemas.client_tool_items import CLIENT_TOOL_ID_PREFIXES
 from app.schemas.items import (
     CALL_OUTPUT_TYPES,
+    STORED_ITEM,
     CompactionItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -90,10 +91,9 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
             items.append({"type": "item_reference", "id": entry.id})
             continue
         item: Item
-        client_tool_item = CLIENT_TOOL_ITEMS.get(type(entry))
-        if client_tool_item is not None:
-            stored, prefix = client_tool_item
-            item = stored.model_validate({**entry.model_dump(), "id": entry.id or new_id(prefix)})  # type: ignore[assignment]
+        prefix = CLIENT_TOOL_ID_PREFIXES.get(type(entry))
+        if prefix is not None:
+            item = STORED_ITEM.validate_python({**entry.model_dump(), "id": entry.id or new_id(prefix)})
         elif isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
             item = entry  # resent as they were returned, ids included
         elif isinstance(entry, McpApprovalResponseItem):
@@ -120,7 +120,7 @@ def normalize_input(request_input: str | list[Any], param: str = "input") -> lis
                 status=entry.status or "completed",
             )
         exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction) or (
-            client_tool_item is not None
+            prefix is not None
         )
         items.append(item.model_dump(mode="json", exclude_none=exclude_none))
     return items

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -17,6 +17,7 @@ from app.generation.tool_calls import (
     CLIENT_TOOL_PARAMETERS,
     TOOL_SEARCH_PARAMETERS,
     FunctionSpec,
+    ToolKind,
 )
 from app.mcp.servers import redacted
 from app.schemas.tools import (
@@ -127,7 +128,7 @@ def _tool_type(tool: dict[str, Any], param: str) -> FunctionSpec | None:
         description = tool.get("description")
         text = description if isinstance(description, str) and description else CLIENT_TOOL_DESCRIPTIONS[kind]
         return FunctionSpec(kind, text, parameters, kind="tool_search")
-    return FunctionSpec(kind, CLIENT_TOOL_DESCRIPTIONS[kind], CLIENT_TOOL_PARAMETERS[kind], kind=kind)  # type: ignore[arg-type]
+    return FunctionSpec(kind, CLIENT_TOOL_DESCRIPTIONS[kind], CLIENT_TOOL_PARAMETERS[kind], kind=cast(ToolKind, kind))
 
 
 def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:

@@ -159,16 +159,16 @@ class StoredToolSearchOutput(ToolSearchOutputItem):
     id: str
 
 
-#: Input models -> (stored model, id prefix).
-CLIENT_TOOL_ITEMS: dict[type[BaseModel], tuple[type[BaseModel], str]] = {
-    ShellCallItem: (StoredShellCall, "sh"),
-    ShellCallOutputItem: (StoredShellCallOutput, "sho"),
-    ApplyPatchCallItem: (StoredApplyPatchCall, "apc"),
-    ApplyPatchCallOutputItem: (StoredApplyPatchCallOutput, "apco"),
-    LocalShellCallItem: (StoredLocalShellCall, "lsh"),
-    LocalShellCallOutputItem: (StoredLocalShellCallOutput, "lsho"),
-    ToolSearchCallItem: (StoredToolSearchCall, "tsc"),
-    ToolSearchOutputItem: (StoredToolSearchOutput, "tso"),
+#: Input models -> the prefix of the ids given to those sent without one.
+CLIENT_TOOL_ID_PREFIXES: dict[type[BaseModel], str] = {
+    ShellCallItem: "sh",
+    ShellCallOutputItem: "sho",
+    ApplyPatchCallItem: "apc",
+    ApplyPatchCallOutputItem: "apco",
+    LocalShellCallItem: "lsh",
+    LocalShellCallOutputItem: "lsho",
+    ToolSearchCallItem: "tsc",
+    ToolSearchOutputItem: "tso",
 }
 #: Call types matched to their outputs by call_id (local_shell's output has none; tool_search's may lack it).
 CLIENT_CALL_TYPES = frozenset({"shell_call", "apply_patch_call", "local_shell_call", "tool_search_call"})
