@@ -51,6 +51,8 @@ def assert_well_formed_stream(
     assert events[0]["type"] == "response.created"
     response_id = events[0]["response"]["id"]
     open_items: dict[str, dict[str, Any]] = {}
+    #: output_index -> the open item's id (the shell_call_command events name their item only so).
+    at_index: dict[int, str] = {}
     open_parts: set[tuple[str, int]] = set()
     deltas: dict[tuple[str, int], str] = {}
     terminal = [index for index, event in enumerate(events) if event["type"] in TERMINAL_EVENT_TYPES]
@@ -61,6 +63,7 @@ def assert_well_formed_stream(
             assert event["response"]["id"] == response_id
         if kind == "response.output_item.added":
             open_items[event["item"]["id"]] = event["item"]
+            at_index[event["output_index"]] = event["item"]["id"]
         elif kind == "response.content_part.added":
             assert event["item_id"] in open_items
             open_parts.add((event["item_id"], event["content_index"]))
@@ -99,6 +102,17 @@ def assert_well_formed_stream(
                 deltas[key] = deltas.get(key, "") + event["delta"]
             else:
                 assert deltas.get(key, "") == event["arguments"]
+        elif kind.startswith("response.shell_call_command."):
+            item_id = at_index.get(event["output_index"], "")
+            assert open_items.get(item_id, {}).get("type") == "shell_call", f"{kind} outside its item"
+            key = (item_id, -2 - event["command_index"])
+            if kind.endswith("added"):
+                assert key not in deltas and event["command"] == ""
+                deltas[key] = ""
+            elif kind.endswith("delta"):
+                deltas[key] += event["delta"]
+            else:
+                assert deltas[key] == event["command"]
         elif kind.startswith("response.mcp_call.") or kind.startswith("response.mcp_list_tools."):
             item_type = "mcp_call" if kind.startswith("response.mcp_call.") else "mcp_list_tools"
             assert open_items.get(event["item_id"], {}).get("type") == item_type, f"{kind} outside its item"
@@ -110,6 +124,9 @@ def assert_well_formed_stream(
                 assert event["item"]["arguments"] == deltas.get((event["item"]["id"], -1), "")
             if event["item"]["type"] == "custom_tool_call":
                 assert event["item"]["input"] == deltas.get((event["item"]["id"], -1), "")
+            if event["item"]["type"] == "shell_call":
+                commands = event["item"]["action"]["commands"]
+                assert commands == [deltas[(event["item"]["id"], -2 - index)] for index in range(len(commands))]
             assert event["item"]["id"] in open_items
             del open_items[event["item"]["id"]]
     assert not open_items and not open_parts, "items or parts left open"

@@ -76,6 +76,7 @@ class ResponseAssembler:
         reasoning_tags: tuple[str, str] | None = None,
         *,
         custom_tools: set[str] | None = None,
+        tool_types: set[str] | None = None,
         encrypted_reasoning: bool = False,
         leading_items: list[dict[str, Any]] | None = None,
         logprobs: bool = False,
@@ -104,6 +105,8 @@ class ResponseAssembler:
         self._ids = ids
         self._functions = functions or {}
         self._custom_tools = custom_tools or set()
+        #: Offered client-executed tool types (shell, apply_patch...): called under their type's name.
+        self._tool_types = tool_types or set()
         self._tags = reasoning_tags
         self._encrypted_reasoning = encrypted_reasoning
         #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
@@ -305,7 +308,10 @@ class ResponseAssembler:
         of a cut one, those it got to (see parse_cut_calls: its call markup is never text)."""
         if self._calls_from is None:
             return []
-        kinds = {name: "custom" if name in self._custom_tools else "function" for name in self._functions}
+        kinds = {
+            name: "custom" if name in self._custom_tools else name if name in self._tool_types else "function"
+            for name in self._functions
+        }
         calls_text = self._raw[self._calls_from :]
         if not completed:
             return parse_cut_calls(calls_text, kinds)
@@ -321,7 +327,7 @@ class ResponseAssembler:
             parsed = parsed[:1]
         # An MCP tool's call is never the client's (a cut one is dropped: it was not made).
         client = [call for call in parsed if call.name not in self._mcp_tools]
-        return call_items(client, self._functions, self._custom_tools, self._ids)
+        return call_items(client, self._functions, self._custom_tools, self._ids, self._tool_types)
 
     # The end -------------------------------------------------------------------------------------------
 

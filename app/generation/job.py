@@ -45,6 +45,8 @@ class GenerationJob:
     functions: dict[str, str | None] = field(default_factory=dict)
     #: Which of those are custom tools (free-text input) rather than functions (JSON arguments).
     custom_tools: list[str] = field(default_factory=list)
+    #: Which are client-executed tool types (shell, apply_patch...), named after their type.
+    tool_types: list[str] = field(default_factory=list)
     #: The model's (open, close) reasoning markers; its reasoning section becomes a reasoning item.
     reasoning_tags: tuple[str, str] | None = None
     #: include: ["reasoning.encrypted_content"]: hand the reasoning back for a stateless client to resend.

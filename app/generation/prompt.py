@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,11 +44,62 @@ def item_to_message(item: dict[str, Any]) -> ChatMessage:
         return ChatMessage("assistant", render_call(item["name"], item["arguments"]))
     if kind == "custom_tool_call":
         return ChatMessage("assistant", render_custom_call(item["name"], item["input"]))
+    if kind in CLIENT_TOOL_CALLS:
+        return ChatMessage(
+            "assistant", render_call(kind.removesuffix("_call"), json.dumps(client_call_arguments(item)))
+        )
+    if kind in CLIENT_TOOL_OUTPUTS:
+        return ChatMessage("user", render_call_output(client_call_output(item)))
     if kind in ("function_call_output", "custom_tool_call_output"):
         output = item["output"] if isinstance(item["output"], str) else item_text({"content": item["output"]})
         # NOTE: a user turn, not a `tool` role: many small models' templates know no such role.
         return ChatMessage("user", render_call_output(output))
     return ChatMessage(role=TEMPLATE_ROLE[item["role"]], content=item_text(item))
+
+
+#: The calls of client-executed tool types (the model called each as a function named after its type, with
+#: CLIENT_TOOL_PARAMETERS' arguments) and their outputs.
+CLIENT_TOOL_CALLS = frozenset({"shell_call", "local_shell_call", "apply_patch_call", "tool_search_call"})
+CLIENT_TOOL_OUTPUTS = frozenset(
+    {"shell_call_output", "local_shell_call_output", "apply_patch_call_output", "tool_search_output"}
+)
+
+
+def client_call_arguments(item: dict[str, Any]) -> dict[str, Any]:
+    """A client tool call's arguments as the model wrote them (the inverse of events.call_items)."""
+    kind = item["type"]
+    if kind == "shell_call":
+        action = item["action"]
+        return {
+            "commands": action["commands"],
+            **({"timeout_ms": action["timeout_ms"]} if action.get("timeout_ms") else {}),
+        }
+    if kind == "local_shell_call":
+        action = item["action"]
+        optional = {key: action[key] for key in ("working_directory", "timeout_ms") if action.get(key)}
+        return {"command": action["command"], **optional}
+    if kind == "apply_patch_call":
+        return {key: value for key, value in item["operation"].items() if value is not None}
+    arguments = item.get("arguments")
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def client_call_output(item: dict[str, Any]) -> str:
+    """What a client tool's output item tells the model."""
+    kind = item["type"]
+    if kind == "shell_call_output":
+        lines = []
+        for entry in item["output"]:
+            outcome = entry["outcome"]
+            ending = "(timed out)" if outcome["type"] == "timeout" else f"(exit code {outcome.get('exit_code') or 0})"
+            printed = (entry["stdout"].rstrip("\n"), entry["stderr"].rstrip("\n"), ending)
+            lines.append("\n".join(part for part in printed if part))
+        return "\n".join(lines)
+    if kind == "apply_patch_call_output":
+        return str(item.get("output") or ("Done." if item["status"] == "completed" else "Failed."))
+    if kind == "tool_search_output":
+        return json.dumps(item["tools"], ensure_ascii=False)
+    return str(item["output"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,4 +215,5 @@ def reasoning_text(item: dict[str, Any]) -> str:
 def call_ids(history: Iterable[Turn], new_items: Sequence[dict[str, Any]]) -> set[str]:
     """The call_id of every function call in the context, which function_call_output items must answer."""
     items = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + list(new_items)
-    return {item["call_id"] for item in items if item.get("type") in ("function_call", "custom_tool_call")}
+    calls = ("function_call", "custom_tool_call", *CLIENT_TOOL_CALLS)
+    return {item["call_id"] for item in items if item.get("type") in calls and item.get("call_id")}

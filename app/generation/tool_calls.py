@@ -14,12 +14,64 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
+
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
 _DECODER = json.JSONDecoder()
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 #: The longest escape a cut can split (`\uXXXX`).
 _LONGEST_ESCAPE = 6
+
+
+#: What a tool is to the model: a function (JSON arguments), a custom tool (free text), or one of the API's
+#: client-executed tool types, which it calls like a function (under the type's name) with fixed arguments.
+ToolKind = Literal["function", "custom", "shell", "local_shell", "apply_patch", "tool_search"]
+#: The client-executed tool types (their calls become the SDK's item of that type, not a function_call).
+CLIENT_TOOL_KINDS: frozenset[str] = frozenset({"shell", "local_shell", "apply_patch", "tool_search"})
+
+_COMMANDS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+#: The arguments each client tool type takes (the fields of its call's `action` or `operation`); tool_search's
+#: are its tool's own `parameters`, else TOOL_SEARCH_PARAMETERS.
+CLIENT_TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
+    "shell": {
+        "type": "object",
+        "properties": {"commands": _COMMANDS, "timeout_ms": {"type": "integer"}},
+        "required": ["commands"],
+        "additionalProperties": False,
+    },
+    "local_shell": {
+        "type": "object",
+        "properties": {
+            "command": _COMMANDS,
+            "working_directory": {"type": "string"},
+            "timeout_ms": {"type": "integer"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    "apply_patch": {
+        "type": "object",
+        "properties": {
+            "type": {"enum": ["create_file", "update_file", "delete_file"]},
+            "path": {"type": "string", "minLength": 1},
+            "diff": {"type": "string"},
+        },
+        "required": ["type", "path"],
+        "additionalProperties": False,
+    },
+}
+TOOL_SEARCH_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}},
+    "required": ["query"],
+}
+CLIENT_TOOL_DESCRIPTIONS = {
+    "shell": "Run shell commands on the user's machine; `commands` run in order.",
+    "local_shell": "Run one command (an argv list) on the user's machine.",
+    "apply_patch": "Create, update (with a V4A diff) or delete a file on the user's machine.",
+    "tool_search": "Search for more tools; those found can be called next.",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +85,7 @@ class FunctionSpec:
     description: str | None
     parameters: dict[str, Any]
     namespace: str | None = None
-    kind: Literal["function", "custom"] = "function"
+    kind: ToolKind = "function"
     input_pattern: str | None = None
 
 
@@ -120,6 +172,9 @@ def _read_call(call: Any, known: Mapping[str, str]) -> ParsedCall | None:
             return None
     if not isinstance(arguments, dict):
         return None
+    fixed = CLIENT_TOOL_PARAMETERS.get(known[call["name"]])
+    if fixed is not None and not Draft202012Validator(fixed).is_valid(arguments):
+        return None  # not a call the client could run: kept as text
     return ParsedCall(call["name"], json.dumps(arguments, ensure_ascii=False))
 
 

@@ -9,8 +9,10 @@ from typing import Any
 from app.errors import InvalidRequest
 from app.generation.prompt import Turn, call_ids
 from app.ids import new_id
+from app.schemas.client_tool_items import CLIENT_TOOL_ID_PREFIXES
 from app.schemas.items import (
     CALL_OUTPUT_TYPES,
+    STORED_ITEM,
     CompactionItem,
     CompactionTriggerItem,
     ConfigurationUpdateItem,
@@ -112,7 +114,10 @@ def normalize_input(
             items.append({"type": "compaction_trigger"})
             continue
         item: Item
-        if isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
+        prefix = CLIENT_TOOL_ID_PREFIXES.get(type(entry))
+        if prefix is not None:
+            item = STORED_ITEM.validate_python({**entry.model_dump(), "id": entry.id or new_id(prefix)})
+        elif isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
             item = entry  # resent as they were returned, ids included
         elif isinstance(entry, McpApprovalResponseItem):
             item = StoredMcpApprovalResponse(**{**entry.model_dump(), "id": entry.id or new_id("mcpa")})
@@ -139,7 +144,9 @@ def normalize_input(
                 content=_message_parts(entry, where),
                 status=entry.status or "completed",
             )
-        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction)
+        exclude_none = isinstance(item, StoredFunctionCall | StoredCustomToolCall | StoredCompaction) or (
+            prefix is not None
+        )
         items.append(item.model_dump(mode="json", exclude_none=exclude_none))
     return items
 

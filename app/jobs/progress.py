@@ -88,6 +88,7 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         job.functions,
         job.reasoning_tags,
         custom_tools=set(job.custom_tools),
+        tool_types=set(job.tool_types),
         encrypted_reasoning=job.encrypted_reasoning,
         leading_items=job.leading_items,
         logprobs=job.sampling.top_logprobs is not None,

@@ -62,6 +62,11 @@ RESPONSES = Counter(
     ["model", "status"],
     registry=REGISTRY,
 )
+WEBSOCKET_CONNECTIONS = Counter(
+    f"{PREFIX}_websocket_connections_total",
+    "WebSocket mode connections accepted (GET /v1/responses upgraded): an agent should hold one a session.",
+    registry=REGISTRY,
+)
 PROMPT_TOKENS = Counter(f"{PREFIX}_prompt_tokens_total", "Prompt tokens read.", ["model"], registry=REGISTRY)
 OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens_total", "Tokens generated.", ["model"], registry=REGISTRY)
 QUEUE_DEPTH = Gauge(

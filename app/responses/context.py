@@ -32,7 +32,7 @@ from app.prompt_cache.diagnosis import Fingerprint
 from app.responses import repository
 from app.responses.mcp_tools import McpContext, gather_mcp, parse_servers
 from app.responses.schemas import CreateResponseRequest
-from app.responses.tools import ToolSetup, resolve_tools
+from app.responses.tools import ToolSetup, resolve_tools, searched_tools
 from app.runtime import Runtime
 from app.schemas.responses import InputTransformation
 
@@ -251,11 +251,17 @@ async def gather_context(
     mcp = await gather_mcp(servers, tenant, runtime, listed) if servers else None
     if approved:
         (mcp or McpContext()).take_approved(approved)
-    if mcp is not None or mcp_choice:
-        # Again, with the MCP servers' tools offered beside the functions (and tool_choice naming one of them).
+    found = searched_tools([item for turn in listed for item in (*turn.input_items, *turn.output_items)], request.tools)
+    if mcp is not None or mcp_choice or found:
+        # Again, with the MCP servers' tools offered beside the functions (and tool_choice naming one of them),
+        # and the tools the client's tool searches found after them (NOTE: a 400 names those past the request's).
         offered = mcp.offered if mcp is not None else []
         tools = await asyncio.to_thread(
-            resolve_tools, request.tools, request.tool_choice, strict=runtime.settings.strict_tools, mcp=offered
+            resolve_tools,
+            [*(request.tools or []), *found],
+            request.tool_choice,
+            strict=runtime.settings.strict_tools,
+            mcp=offered,
         )
     where = "conversation" if history.conversation is not None else "previous_response_id"
     readable_history = open_history(runtime.sealer, tenant, history.turns, where)

@@ -15,6 +15,7 @@ from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
 from app.generation.kv_reuse import KvReuse
+from app.generation.tool_calls import CLIENT_TOOL_KINDS
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id
 from app.mcp.servers import McpSetup
@@ -251,6 +252,7 @@ async def prepare_response(
         job_class=job_class or ("background" if params.background else "interactive"),
         functions={function.name: function.namespace for function in tools.functions},
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
+        tool_types=[function.name for function in tools.functions if function.kind in CLIENT_TOOL_KINDS],
         reasoning_tags=context.reasoning_tags,
         encrypted_reasoning=ENCRYPTED_REASONING_INCLUDE in (request.include or []),
         parallel_tool_calls=params.parallel_tool_calls,

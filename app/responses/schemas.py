@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from app.prompt_cache.options import PromptCacheOptions
-from app.schemas.items import LOGPROBS_INCLUDE, ClientId, Includable, Item, ItemList, ReasoningEffort, RequestInput
+from app.schemas.item_ids import ClientId
+from app.schemas.items import LOGPROBS_INCLUDE, Includable, Item, ItemList, ReasoningEffort, RequestInput
 from app.schemas.metadata import check_metadata
 from app.schemas.responses import ResponseObject, Usage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -12,9 +12,23 @@ from pydantic import ValidationError
 
 from app.errors import InvalidRequest, validation_error
 from app.generation.grammars import InvalidSchema, function_grammar, tool_call_grammar
-from app.generation.tool_calls import FunctionSpec
+from app.generation.tool_calls import (
+    CLIENT_TOOL_DESCRIPTIONS,
+    CLIENT_TOOL_PARAMETERS,
+    TOOL_SEARCH_PARAMETERS,
+    FunctionSpec,
+    ToolKind,
+)
 from app.mcp.servers import redacted
-from app.schemas.tools import HOSTED_TOOL_TYPES, CustomTool, FunctionChoice, FunctionTool, McpChoice, NamespaceTool
+from app.schemas.tools import (
+    CLIENT_TOOL_TYPES,
+    HOSTED_TOOL_TYPES,
+    CustomTool,
+    FunctionChoice,
+    FunctionTool,
+    McpChoice,
+    NamespaceTool,
+)
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -91,6 +105,32 @@ def _custom(tool: dict[str, Any], param: str, namespace: str | None = None) -> F
     return FunctionSpec(parsed.name, parsed.description, {}, namespace, kind="custom", input_pattern=pattern)
 
 
+def _tool_type(tool: dict[str, Any], param: str) -> FunctionSpec | None:
+    """A client-executed tool type as a function named after its type with its fixed arguments; None when this
+    one runs on OpenAI's side (a shell in a hosted container, a tool_search the server runs)."""
+    kind = str(tool["type"])
+    if kind == "shell":
+        environment = tool.get("environment")
+        if isinstance(environment, dict) and environment.get("type") not in (None, "local"):
+            return None  # container_auto / container_reference: OpenAI's containers
+    if kind == "tool_search":
+        if tool.get("execution") != "client":
+            return None
+        parameters = tool.get("parameters") or TOOL_SEARCH_PARAMETERS
+        if not isinstance(parameters, dict):
+            raise InvalidRequest("'parameters' must be a JSON Schema object.", param=f"{param}.parameters")
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except (SchemaError, RecursionError):
+            raise InvalidRequest(
+                "Invalid JSON Schema for tool_search.", param=f"{param}.parameters", code="invalid_function_parameters"
+            ) from None
+        description = tool.get("description")
+        text = description if isinstance(description, str) and description else CLIENT_TOOL_DESCRIPTIONS[kind]
+        return FunctionSpec(kind, text, parameters, kind="tool_search")
+    return FunctionSpec(kind, CLIENT_TOOL_DESCRIPTIONS[kind], CLIENT_TOOL_PARAMETERS[kind], kind=cast(ToolKind, kind))
+
+
 def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:
     problem = validation_error(list(error.errors()))
     problem.param = f"{param}.{problem.param}" if problem.param else param
@@ -126,7 +166,10 @@ def _functions_of(
                     schema_params[functions[-1].name] = f"{where}.parameters"
         elif kind == "mcp":
             continue  # an MCP server's tools: listed and offered by app/responses/mcp_tools.py
-        elif isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
+        elif isinstance(kind, str) and kind in CLIENT_TOOL_TYPES and (typed := _tool_type(tool, param)) is not None:
+            functions.append(typed)
+            schema_params[typed.name] = f"{param}.parameters" if kind == "tool_search" else param
+        elif isinstance(kind, str) and (kind in HOSTED_TOOL_TYPES or kind in CLIENT_TOOL_TYPES):
             if strict:
                 raise InvalidRequest(
                     f"Tools of type '{kind}' run on OpenAI's servers and are not available here.",
@@ -154,6 +197,20 @@ def _functions_of(
     return functions, ignored, schema_params
 
 
+def searched_tools(items: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools a client's tool searches found (its tool_search_output items among `items`), which the model may
+    call from then on as if the request had sent them: each name once (the latest search's), none the request's
+    `tools` name already."""
+    sent = {tool.get("name") for tool in tools or [] if isinstance(tool, dict)}
+    found: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if item.get("type") == "tool_search_output" and item.get("execution") == "client":
+            for tool in item.get("tools") or []:
+                if isinstance(tool, dict) and tool.get("name") not in sent and isinstance(tool.get("name"), str):
+                    found[tool["name"]] = tool
+    return list(found.values())
+
+
 def resolve_tools(
     tools: list[dict[str, Any]] | None,
     tool_choice: str | dict[str, Any] | None,
@@ -175,6 +232,15 @@ def resolve_tools(
                 "tool_choice 'required' needs at least one function tool.", param="tool_choice", code="invalid_value"
             )
         return ToolSetup(functions, ignored, _forced(functions, schema_params), mcp_tools)
+    if isinstance(choice, dict) and choice.get("type") in ("shell", "apply_patch"):
+        chosen = [function for function in functions if function.kind == choice["type"]]
+        if not chosen:
+            raise InvalidRequest(
+                f"tool_choice names the '{choice['type']}' tool, which is not among the tools.",
+                param="tool_choice.type",
+                code="invalid_value",
+            )
+        return ToolSetup(functions, ignored, _forced(chosen, schema_params), mcp_tools)
     if isinstance(choice, dict) and choice.get("type") == "mcp":
         return ToolSetup(functions, ignored, _forced(_mcp_chosen(choice, mcp), schema_params), mcp_tools)
     if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):

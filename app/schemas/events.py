@@ -149,3 +149,19 @@ class CompactionCompactingEvent(ResponseEvent):
     type: Literal["response.compaction.compacting"] = "response.compaction.compacting"
     item_id: str
     output_index: int
+
+
+class ShellCallCommandEvent(ResponseEvent):
+    """response.shell_call_command.added / done: one of a shell_call's commands (empty on added, whole on done).
+    NOTE: the SDK's shell command events carry no item_id; output_index names the item."""
+
+    output_index: int
+    command_index: int
+    command: str
+
+
+class ShellCallCommandDeltaEvent(ResponseEvent):
+    type: Literal["response.shell_call_command.delta"] = "response.shell_call_command.delta"
+    output_index: int
+    command_index: int
+    delta: str

@@ -4,24 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
 
-#: The length of every id column (responses, items, conversations).
-MAX_ID_CHARS = 64
-
-
-def _storable_id(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("an id cannot hold a NUL character")
-    return value
-
-
-#: An id a client sends (an item's, a response's, a conversation's): what every database's id columns can hold
-#: and compare (Postgres refuses NUL in text), so that a lookup or an insert of it never fails.
-ClientId = Annotated[str, Field(max_length=MAX_ID_CHARS), AfterValidator(_storable_id)]
-
-Role = Literal["user", "assistant", "system", "developer"]
-ItemStatus = Literal["in_progress", "completed", "incomplete"]
+from app.schemas.client_tool_items import (
+    CLIENT_CALL_OUTPUT_TYPES,
+    CLIENT_CALL_TYPES,
+    ApplyPatchCallItem,
+    ApplyPatchCallOutputItem,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
+    ShellCallItem,
+    ShellCallOutputItem,
+    StoredApplyPatchCall,
+    StoredApplyPatchCallOutput,
+    StoredLocalShellCall,
+    StoredLocalShellCallOutput,
+    StoredShellCall,
+    StoredShellCallOutput,
+    StoredToolSearchCall,
+    StoredToolSearchOutput,
+    ToolSearchCallItem,
+    ToolSearchOutputItem,
+)
+from app.schemas.item_ids import ClientId, ItemStatus, Role
 
 
 class InputText(BaseModel):
@@ -309,10 +314,18 @@ ITEM_KINDS = {
     "mcp_approval_response",
     "compaction_trigger",
     "configuration_update",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "tool_search_call",
+    "tool_search_output",
 }
 #: Item types that call a tool, and the ones that answer such a call (matched by call_id).
-CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
-CALL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"}) | CLIENT_CALL_TYPES
+CALL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"}) | CLIENT_CALL_OUTPUT_TYPES
 
 
 def _item_kind(value: Any) -> str:
@@ -338,6 +351,14 @@ InputItem = Annotated[
     | Annotated[McpApprovalResponseItem, Tag("item:mcp_approval_response")]
     | Annotated[CompactionTriggerItem, Tag("item:compaction_trigger")]
     | Annotated[ConfigurationUpdateItem, Tag("item:configuration_update")]
+    | Annotated[ShellCallItem, Tag("item:shell_call")]
+    | Annotated[ShellCallOutputItem, Tag("item:shell_call_output")]
+    | Annotated[ApplyPatchCallItem, Tag("item:apply_patch_call")]
+    | Annotated[ApplyPatchCallOutputItem, Tag("item:apply_patch_call_output")]
+    | Annotated[LocalShellCallItem, Tag("item:local_shell_call")]
+    | Annotated[LocalShellCallOutputItem, Tag("item:local_shell_call_output")]
+    | Annotated[ToolSearchCallItem, Tag("item:tool_search_call")]
+    | Annotated[ToolSearchOutputItem, Tag("item:tool_search_output")]
     | Annotated[UnsupportedItem, Tag("item:unsupported")],
     Discriminator(_item_kind),
 ]
@@ -416,7 +437,15 @@ Item = Annotated[
     | Annotated[StoredMcpCall, Tag("item:mcp_call")]
     | Annotated[StoredMcpApprovalRequest, Tag("item:mcp_approval_request")]
     | Annotated[StoredMcpApprovalResponse, Tag("item:mcp_approval_response")]
-    | Annotated[StoredConfigurationUpdate, Tag("item:configuration_update")],
+    | Annotated[StoredConfigurationUpdate, Tag("item:configuration_update")]
+    | Annotated[StoredShellCall, Tag("item:shell_call")]
+    | Annotated[StoredShellCallOutput, Tag("item:shell_call_output")]
+    | Annotated[StoredApplyPatchCall, Tag("item:apply_patch_call")]
+    | Annotated[StoredApplyPatchCallOutput, Tag("item:apply_patch_call_output")]
+    | Annotated[StoredLocalShellCall, Tag("item:local_shell_call")]
+    | Annotated[StoredLocalShellCallOutput, Tag("item:local_shell_call_output")]
+    | Annotated[StoredToolSearchCall, Tag("item:tool_search_call")]
+    | Annotated[StoredToolSearchOutput, Tag("item:tool_search_output")],
     Discriminator(_stored_kind),
 ]
 

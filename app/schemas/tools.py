@@ -20,12 +20,12 @@ HOSTED_TOOL_TYPES = frozenset(
         "image_generation",
         "computer_use_preview",
         "computer",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "tool_search",
     }
 )
+#: Tool types the client runs: offered to the model, their calls returned as the SDK's item of that type. Those
+#: forms of them that run on OpenAI's side (a shell in a hosted container, a tool_search without
+#: `execution: "client"`) are left out like HOSTED_TOOL_TYPES.
+CLIENT_TOOL_TYPES = frozenset({"shell", "local_shell", "apply_patch", "tool_search"})
 
 
 class FunctionTool(BaseModel):

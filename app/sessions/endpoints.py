@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from app.errors import ApiError, Unauthorized
+from app.observability.metrics import WEBSOCKET_CONNECTIONS
 from app.runtime import Runtime
 from app.sessions.lanes import too_many_lanes
 from app.sessions.socket_session import EventRefused, IdleClock, ResponsesSocketSession, SocketCreate
@@ -62,6 +63,7 @@ async def responses_socket(websocket: WebSocket) -> None:
 
 async def _serve(websocket: WebSocket, runtime: Runtime, tenant: str) -> None:
     await websocket.accept()
+    WEBSOCKET_CONNECTIONS.inc()
     settings = runtime.settings
     session = ResponsesSocketSession(runtime, tenant)
     # The creates waiting on each lane (stream_id) with work, its running one apart. Bounded: once one is full,

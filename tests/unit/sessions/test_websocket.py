@@ -17,6 +17,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from app.config import Settings
 from app.main import create_app
+from app.observability.metrics import REGISTRY
 from app.responses import repository
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
@@ -128,6 +129,17 @@ def test_a_turn_with_no_new_input_continues_a_warm_up(setup: Setup) -> None:
         assert [message.content for message in setup.renderer.rendered[-1]] == ["Be an agent.", "say hello"]
         assert setup.runner.jobs[-1].prompt_tokens == setup.runner.jobs[-2].prompt_tokens
         assert turn["status"] == "completed" and turn["output"][0]["type"] == "message"
+
+
+def test_connections_accepted_are_counted(setup: Setup) -> None:
+    def accepted() -> float:
+        return REGISTRY.get_sample_value("llama_responses_websocket_connections_total") or 0.0
+
+    before = accepted()
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        create(socket, input="one")
+        create(socket, input="two")
+    assert accepted() - before == 1, "one connection, whatever runs on it"
 
 
 def until_event(socket: Any, kind: str) -> list[dict]:
