@@ -6,44 +6,19 @@ it cannot be committed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
-from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
+from tests.unit.sessions.fake_app import TERMINAL, Setup
 
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
 WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-
-
-class Setup:
-    def __init__(self, client: TestClient, renderer: FakeRenderer, runner: FakeRunner) -> None:
-        self.client, self.renderer, self.runner = client, renderer, runner
-
-
-@pytest.fixture
-def setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Setup]:
-    marker = request.node.get_closest_marker("settings")
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'steer.db'}",
-        model_id="fake",
-        _env_file=None,
-        **(marker.kwargs if marker else {}),
-    )
-    renderer, runner = FakeRenderer(), FakeRunner()
-    with TestClient(create_app(settings, fake_generation(renderer, runner))) as client:
-        yield Setup(client, renderer, runner)
 
 
 def receive(socket: Any, *, valid: bool = True) -> dict[str, Any]:

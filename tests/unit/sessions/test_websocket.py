@@ -5,48 +5,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import DBAPIError
-from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.testclient import WebSocketDenialResponse
 
-from app.config import Settings
-from app.main import create_app
 from app.observability.metrics import REGISTRY
 from app.responses import repository
-from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream
+from tests.unit.sessions.fake_app import TERMINAL, Setup
 
 
 def well_formed(events: list[dict]) -> dict:
     return assert_well_formed_stream(events, union=SOCKET_EVENT)
-
-
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
-
-
-class Setup:
-    def __init__(self, client: TestClient, renderer: FakeRenderer, runner: FakeRunner) -> None:
-        self.client, self.renderer, self.runner = client, renderer, runner
-
-
-@pytest.fixture
-def setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Setup]:
-    marker = request.node.get_closest_marker("settings")
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'ws.db'}",
-        model_id="fake-model",
-        _env_file=None,
-        **(marker.kwargs if marker else {}),
-    )
-    renderer, runner = FakeRenderer(), FakeRunner()
-    with TestClient(create_app(settings, fake_generation(renderer, runner))) as client:
-        yield Setup(client, renderer, runner)
 
 
 def until_terminal(socket: Any) -> list[dict]:
