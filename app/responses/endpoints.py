@@ -144,9 +144,10 @@ async def get_response(
 ) -> Response:
     if stream:
         return EventStreamResponse(await reads.stream_stored_response(runtime, response_id, tenant, starting_after))
-    response = await reads.read_response(runtime.database, response_id, tenant, includes)
-    # One pydantic dump to JSON, as the create route answers: FastAPI's generic encoder took twice as long.
-    return Response(response.model_dump_json(), media_type="application/json")
+    # One pydantic dump to JSON (FastAPI's generic encoder took twice as long), or none: a finished response's
+    # JSON is cached while its stored updated_at is unchanged.
+    body = await reads.read_response_json(runtime.database, runtime.read_cache, response_id, tenant, includes)
+    return Response(body, media_type="application/json")
 
 
 @router.delete("/responses/{response_id}", responses=errors(404))

@@ -14,6 +14,7 @@ from app.events.terminal import TERMINAL_STATUSES
 from app.items.includes import with_includes
 from app.items.paging import stored_item_page
 from app.items.repository import INPUT_ITEMS
+from app.read_cache.cache import CachedJson, ResponseJsonCache
 from app.responses import repository
 from app.responses.relay import RelayMode, relay_events
 from app.responses.schemas import DeletedResponse, InputItemList, ResponseFilters, ResponseList
@@ -34,6 +35,37 @@ async def read_response(
     if includes:
         response.output = with_includes(response.output, includes)
     return response
+
+
+async def read_response_json(
+    database: Database,
+    cache: ResponseJsonCache,
+    response_id: str,
+    tenant: str,
+    includes: frozenset[str] = frozenset(),
+) -> bytes:
+    """GET a response as JSON: from `cache` while the stored row's updated_at is the one it was built from (a
+    one-column query), else built from the row (and kept when the response has ended: one still running changes
+    at every step). Either way one read session, and a row deleted or changed on any node is never served stale."""
+    cached = cache.get(tenant, response_id, includes)
+    async with database.read() as session:
+        if cached is not None:
+            version = await repository.get_response_version(session, response_id, tenant)
+            if version == cached.version:
+                return cached.body
+            cache.discard(tenant, response_id, includes)
+            if version is None:
+                raise response_not_found(response_id)
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    response = response_from_row(row)
+    if includes:
+        response.output = with_includes(response.output, includes)
+    body = response.model_dump_json().encode()
+    if row.status in TERMINAL_STATUSES:
+        cache.put(tenant, response_id, includes, CachedJson(row.updated_at, body))
+    return body
 
 
 async def stream_stored_response(
