@@ -87,6 +87,7 @@ def _metadata_filters(request: Request) -> dict[str, str]:
 
 @router.get(
     "/responses",
+    response_model=ResponseList,
     responses=errors(400),
     summary="List stored responses (extension)",
     description="Not in the hosted API: the caller's stored responses, newest first, filtered, in cursor pages.",
@@ -102,7 +103,7 @@ async def get_responses(
     previous_response_id: str | None = None,
     created_after: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
     created_before: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
-) -> ResponseList:
+) -> Response:
     filters = ResponseFilters(
         status=status,
         model=model,
@@ -111,7 +112,9 @@ async def get_responses(
         created_after=created_after,
         created_before=created_before,
     )
-    return await reads.list_responses(runtime.database, tenant, filters, page)
+    listed = await reads.list_responses(runtime.database, tenant, filters, page)
+    # One dump, as GET /v1/responses/{id}: returned as the model, FastAPI validated the whole page again first.
+    return Response(listed.model_dump_json(), media_type="application/json")
 
 
 @router.post(
