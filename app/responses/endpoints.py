@@ -112,9 +112,9 @@ async def get_responses(
         created_after=created_after,
         created_before=created_before,
     )
-    listed = await reads.list_responses(runtime.database, tenant, filters, page)
-    # One dump, as GET /v1/responses/{id}: returned as the model, FastAPI validated the whole page again first.
-    return Response(listed.model_dump_json(), media_type="application/json")
+    # Returned as the model, FastAPI validated the whole page again; each finished response's JSON is cached.
+    body = await reads.list_responses_json(runtime.database, runtime.read_cache, tenant, filters, page)
+    return Response(body, media_type="application/json")
 
 
 @router.post(

@@ -3,10 +3,12 @@ The stored row is the truth."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from app.db.models import ResponseRow
 from app.db.session import Database
 from app.errors import InvalidRequest, response_not_found
 from app.events.snapshot import response_from_row
@@ -21,6 +23,8 @@ from app.responses.schemas import DeletedResponse, InputItemList, ResponseFilter
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 from app.schemas.responses import ResponseObject
+
+NO_INCLUDES: frozenset[str] = frozenset()
 
 
 async def read_response(
@@ -68,6 +72,17 @@ async def read_response_json(
     return body
 
 
+def _row_json(cache: ResponseJsonCache, tenant: str, row: ResponseRow) -> bytes:
+    """A row just read as JSON: the cached one while it was built from this very version of the row."""
+    cached = cache.get(tenant, row.id, NO_INCLUDES)
+    if cached is not None and cached.version == row.updated_at:
+        return cached.body
+    body = response_from_row(row).model_dump_json().encode()
+    if row.status in TERMINAL_STATUSES:
+        cache.put(tenant, row.id, NO_INCLUDES, CachedJson(row.updated_at, body))
+    return body
+
+
 async def stream_stored_response(
     runtime: Runtime, response_id: str, tenant: str, starting_after: int | None
 ) -> AsyncIterator[dict[str, Any]]:
@@ -99,6 +114,31 @@ async def list_responses(database: Database, tenant: str, filters: ResponseFilte
             unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
         )
     return cursor_page(ResponseList, [response_from_row(row) for row in rows], has_more)
+
+
+async def list_responses_json(
+    database: Database, cache: ResponseJsonCache, tenant: str, filters: ResponseFilters, page: PageRequest
+) -> bytes:
+    """list_responses as the JSON ResponseList dumps to, each finished response's from `cache` when it was built
+    from the row just read (same updated_at): the page's rows are read as ever, only their building is saved."""
+    async with database.read() as session:
+        rows, has_more = await page_after(
+            page,
+            partial(repository.get_response, session, tenant=tenant),
+            lambda after: repository.page_responses(
+                session, tenant, filters, limit=page.limit, order=page.order, after=after
+            ),
+            unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
+        )
+    ends = {"first_id": rows[0].id if rows else None, "last_id": rows[-1].id if rows else None, "has_more": has_more}
+    return b"".join(
+        (
+            b'{"object":"list","data":[',
+            b",".join(_row_json(cache, tenant, row) for row in rows),
+            b"],",
+            json.dumps(ends, separators=(",", ":"), ensure_ascii=False)[1:].encode(),
+        )
+    )
 
 
 async def list_input_items(

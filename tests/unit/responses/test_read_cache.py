@@ -14,7 +14,10 @@ from sqlalchemy import delete, update
 from app.config import Settings
 from app.db.models import ResponseRow
 from app.main import create_app
+from app.responses import reads
+from app.responses.schemas import ResponseFilters
 from app.runtime import Runtime
+from app.schemas.paging import PageRequest
 from app.tenants.identity import OPEN_TENANT
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 
@@ -127,3 +130,28 @@ async def test_a_cache_of_zero_keeps_nothing(client: httpx.AsyncClient, app_runt
     for _ in range(2):
         assert (await client.get(f"/v1/responses/{response_id}")).status_code == 200
     assert len(app_runtime.read_cache) == 0
+
+
+async def test_the_list_is_the_page_dumped_whole_cached_or_not(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
+    """The list joins each finished response's cached JSON: byte for byte what the whole page dumps to, and a row
+    changed behind the cache is dumped again."""
+    empty = await client.get("/v1/responses")
+    assert empty.json() == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
+    ids = [await created(client) for _ in range(3)]
+    filters = ResponseFilters()
+
+    async def whole_page() -> bytes:
+        page = PageRequest(limit=2)
+        listed = await reads.list_responses(app_runtime.database, OPEN_TENANT, filters, page)
+        return listed.model_dump_json().encode()
+
+    cold = await client.get("/v1/responses", params={"limit": 2})
+    assert app_runtime.read_cache.get(OPEN_TENANT, ids[2], NONE) is not None
+    warm = await client.get("/v1/responses", params={"limit": 2})
+    assert cold.content == warm.content == await whole_page()
+    assert warm.json()["has_more"] is True
+    async with app_runtime.database.transaction() as session:
+        await session.execute(update(ResponseRow).where(ResponseRow.id == ids[2]).values(status="failed"))
+    changed = await client.get("/v1/responses", params={"limit": 2})
+    assert changed.json()["data"][0]["status"] == "failed"
+    assert changed.content == await whole_page()
