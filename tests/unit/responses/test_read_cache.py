@@ -14,6 +14,7 @@ from sqlalchemy import delete, update
 from app.config import Settings
 from app.db.models import ResponseRow
 from app.main import create_app
+from app.read_cache.cache import CachedJson
 from app.responses import reads
 from app.responses.schemas import ResponseFilters
 from app.runtime import Runtime
@@ -57,6 +58,11 @@ async def test_a_finished_response_is_read_from_the_cache_as_it_was_built(
     assert cache.get(OPEN_TENANT, response_id, NONE) is not None
     again = await client.get(f"/v1/responses/{response_id}")
     assert (again.content, again.headers["content-type"]) == (first.content, "application/json")
+    # A hit answers the kept bytes as they are (here a marker): nothing is built again.
+    kept = cache.get(OPEN_TENANT, response_id, NONE)
+    assert kept is not None
+    cache.put(OPEN_TENANT, response_id, NONE, CachedJson(kept.version, b'{"kept": true}'))
+    assert (await client.get(f"/v1/responses/{response_id}")).json() == {"kept": True}
     cache.discard(OPEN_TENANT, response_id, NONE)
     assert (await client.get(f"/v1/responses/{response_id}")).content == first.content
 
