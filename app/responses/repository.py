@@ -64,10 +64,8 @@ async def get_response(session: AsyncSession, response_id: str, tenant: str) -> 
 
 
 async def get_response_version(session: AsyncSession, response_id: str, tenant: str) -> datetime | None:
-    """The tenant's response's updated_at (None: it has none of that id). On the session's connection, as Core:
-    a column needs none of the ORM's statement and result handling, which cost more than the query."""
-    connection = await session.connection()
-    result = await connection.execute(_VERSION_OF_TENANT, {"response_id": response_id, "tenant": tenant})
+    """The tenant's response's updated_at (None: it has none of that id)."""
+    result = await session.execute(_VERSION_OF_TENANT, {"response_id": response_id, "tenant": tenant})
     return result.scalar_one_or_none()
 
 
