@@ -135,6 +135,13 @@ class Settings(BaseSettings):
         description="Seconds an API node trusts what it last read of a database key (valid, revoked, unknown): a "
         "revoked key stops working on every node within this time. 0: read the database on every request.",
     )
+    read_cache_mb: float = Field(
+        64.0,
+        ge=0,
+        description="MB of finished responses' JSON each API node keeps for GET /v1/responses/{id}, each checked "
+        "against the stored row's updated_at on every read (a deleted or changed response is never served from "
+        "it). 0: off.",
+    )
     public_docs: bool = Field(
         False,
         description="Serve /docs, /redoc and /openapi.json without a key on a keyed server (by default they need "

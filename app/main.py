@@ -46,6 +46,7 @@ from app.ops import endpoints as ops
 from app.ops.periodic import run_periodically
 from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
 from app.quotas.stored_bytes import measure_stored_bytes
+from app.read_cache.cache import ResponseJsonCache
 from app.responses import endpoints as responses
 from app.runtime import Runtime
 from app.secrets.keys import load_sealer
@@ -149,6 +150,7 @@ def create_app(
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
             policy=policy,
+            read_cache=ResponseJsonCache(int(settings.read_cache_mb * 1024 * 1024)),
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))

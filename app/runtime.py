@@ -12,6 +12,7 @@ from app.generation.renderers import RendererCache
 from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.policy import FixedLimits, LimitsPolicy
+from app.read_cache.cache import ResponseJsonCache
 from app.secrets.sealer import ContentSealer
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
@@ -45,3 +46,5 @@ class Runtime:
     policy: LimitsPolicy = field(default_factory=FixedLimits)
     #: Heavy prompt renders in progress at once (a few; the rest of the thread pool stays free for light ones).
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))
+    #: Finished responses' JSON as last sent, valid while the stored row's updated_at is unchanged (off: 0 bytes).
+    read_cache: ResponseJsonCache = field(default_factory=lambda: ResponseJsonCache(0))

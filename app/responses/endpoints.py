@@ -87,6 +87,7 @@ def _metadata_filters(request: Request) -> dict[str, str]:
 
 @router.get(
     "/responses",
+    response_model=ResponseList,
     responses=errors(400),
     summary="List stored responses (extension)",
     description="Not in the hosted API: the caller's stored responses, newest first, filtered, in cursor pages.",
@@ -102,7 +103,7 @@ async def get_responses(
     previous_response_id: str | None = None,
     created_after: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
     created_before: Annotated[int | None, Query(ge=0, le=MAX_CREATED_AT)] = None,
-) -> ResponseList:
+) -> Response:
     filters = ResponseFilters(
         status=status,
         model=model,
@@ -111,7 +112,9 @@ async def get_responses(
         created_after=created_after,
         created_before=created_before,
     )
-    return await reads.list_responses(runtime.database, tenant, filters, page)
+    # Returned as the model, FastAPI validated the whole page again; each finished response's JSON is cached.
+    body = await reads.list_responses_json(runtime.database, runtime.read_cache, tenant, filters, page)
+    return Response(body, media_type="application/json")
 
 
 @router.post(
@@ -144,9 +147,10 @@ async def get_response(
 ) -> Response:
     if stream:
         return EventStreamResponse(await reads.stream_stored_response(runtime, response_id, tenant, starting_after))
-    response = await reads.read_response(runtime.database, response_id, tenant, includes)
-    # One pydantic dump to JSON, as the create route answers: FastAPI's generic encoder took twice as long.
-    return Response(response.model_dump_json(), media_type="application/json")
+    # One pydantic dump to JSON (FastAPI's generic encoder took twice as long), or none: a finished response's
+    # JSON is cached while its stored updated_at is unchanged.
+    body = await reads.read_response_json(runtime.database, runtime.read_cache, response_id, tenant, includes)
+    return Response(body, media_type="application/json")
 
 
 @router.delete("/responses/{response_id}", responses=errors(404))

@@ -3,10 +3,12 @@ The stored row is the truth."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from app.db.models import ResponseRow
 from app.db.session import Database
 from app.errors import InvalidRequest, response_not_found
 from app.events.snapshot import response_from_row
@@ -14,12 +16,15 @@ from app.events.terminal import TERMINAL_STATUSES
 from app.items.includes import with_includes
 from app.items.paging import stored_item_page
 from app.items.repository import INPUT_ITEMS
+from app.read_cache.cache import CachedJson, ResponseJsonCache
 from app.responses import repository
 from app.responses.relay import RelayMode, relay_events
 from app.responses.schemas import DeletedResponse, InputItemList, ResponseFilters, ResponseList
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 from app.schemas.responses import ResponseObject
+
+NO_INCLUDES: frozenset[str] = frozenset()
 
 
 async def read_response(
@@ -34,6 +39,48 @@ async def read_response(
     if includes:
         response.output = with_includes(response.output, includes)
     return response
+
+
+async def read_response_json(
+    database: Database,
+    cache: ResponseJsonCache,
+    response_id: str,
+    tenant: str,
+    includes: frozenset[str] = frozenset(),
+) -> bytes:
+    """GET a response as JSON: from `cache` while the stored row's updated_at is the one it was built from (a
+    one-column query), else built from the row (and kept when the response has ended: one still running changes
+    at every step). Either way one read session, and a row deleted or changed on any node is never served stale."""
+    cached = cache.get(tenant, response_id, includes)
+    async with database.read() as session:
+        if cached is not None:
+            version = await repository.get_response_version(session, response_id, tenant)
+            if version == cached.version:
+                return cached.body
+            cache.discard(tenant, response_id, includes)
+            if version is None:
+                raise response_not_found(response_id)
+        row = await repository.get_response(session, response_id, tenant)
+    if row is None:
+        raise response_not_found(response_id)
+    response = response_from_row(row)
+    if includes:
+        response.output = with_includes(response.output, includes)
+    body = response.model_dump_json().encode()
+    if row.status in TERMINAL_STATUSES:
+        cache.put(tenant, response_id, includes, CachedJson(row.updated_at, body))
+    return body
+
+
+def _row_json(cache: ResponseJsonCache, tenant: str, row: ResponseRow) -> bytes:
+    """A row just read as JSON: the cached one while it was built from this very version of the row."""
+    cached = cache.get(tenant, row.id, NO_INCLUDES)
+    if cached is not None and cached.version == row.updated_at:
+        return cached.body
+    body = response_from_row(row).model_dump_json().encode()
+    if row.status in TERMINAL_STATUSES:
+        cache.put(tenant, row.id, NO_INCLUDES, CachedJson(row.updated_at, body))
+    return body
 
 
 async def stream_stored_response(
@@ -67,6 +114,31 @@ async def list_responses(database: Database, tenant: str, filters: ResponseFilte
             unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
         )
     return cursor_page(ResponseList, [response_from_row(row) for row in rows], has_more)
+
+
+async def list_responses_json(
+    database: Database, cache: ResponseJsonCache, tenant: str, filters: ResponseFilters, page: PageRequest
+) -> bytes:
+    """list_responses as the JSON ResponseList dumps to, each finished response's from `cache` when it was built
+    from the row just read (same updated_at): the page's rows are read as ever, only their building is saved."""
+    async with database.read() as session:
+        rows, has_more = await page_after(
+            page,
+            partial(repository.get_response, session, tenant=tenant),
+            lambda after: repository.page_responses(
+                session, tenant, filters, limit=page.limit, order=page.order, after=after
+            ),
+            unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
+        )
+    ends = {"first_id": rows[0].id if rows else None, "last_id": rows[-1].id if rows else None, "has_more": has_more}
+    return b"".join(
+        (
+            b'{"object":"list","data":[',
+            b",".join(_row_json(cache, tenant, row) for row in rows),
+            b"],",
+            json.dumps(ends, separators=(",", ":"), ensure_ascii=False)[1:].encode(),
+        )
+    )
 
 
 async def list_input_items(

@@ -32,6 +32,11 @@ _RESPONSE_OF_TENANT = select(ResponseRow).where(
     ResponseRow.id == bindparam("response_id"), ResponseRow.tenant == bindparam("tenant")
 )
 
+#: The same row's updated_at alone: what a cached answer is checked against.
+_VERSION_OF_TENANT = select(ResponseRow.updated_at).where(
+    ResponseRow.id == bindparam("response_id"), ResponseRow.tenant == bindparam("tenant")
+)
+
 
 async def count_queued_background(session: AsyncSession, tenant: str) -> int:
     """The tenant's background responses still queued (ix_responses_tenant_status_background reads it)."""
@@ -55,6 +60,12 @@ async def insert_response(session: AsyncSession, row: ResponseRow, items: Iterab
 
 async def get_response(session: AsyncSession, response_id: str, tenant: str) -> ResponseRow | None:
     result = await session.execute(_RESPONSE_OF_TENANT, {"response_id": response_id, "tenant": tenant})
+    return result.scalar_one_or_none()
+
+
+async def get_response_version(session: AsyncSession, response_id: str, tenant: str) -> datetime | None:
+    """The tenant's response's updated_at (None: it has none of that id)."""
+    result = await session.execute(_VERSION_OF_TENANT, {"response_id": response_id, "tenant": tenant})
     return result.scalar_one_or_none()
 
 

@@ -29,6 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "app.secrets": {"app.config", "app.db"},
     "app.tenants": {"app.config", "app.errors"},
     "app.limits": {"app.errors"},
+    "app.read_cache": set(),
     "app.transport": {"app.config", "app.generation", "app.events"},
     "app.items": {"app.db", "app.errors", "app.generation", "app.ids", "app.schemas", "app.secrets"},
     "app.runtime": {
@@ -36,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.db",
         "app.generation",
         "app.limits",
+        "app.read_cache",
         "app.secrets",
         "app.tenants",
         "app.transport",
@@ -128,6 +130,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.observability",
         "app.prompt_cache",
         "app.quotas",
+        "app.read_cache",
         "app.runtime",
         "app.schemas",
         "app.tenants",
