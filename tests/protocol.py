@@ -220,15 +220,15 @@ def steered_exchange(connection: Any, steering: str, **fields: Any) -> tuple[lis
     connection.response.create(**fields)
     streams: list[list[dict[str, Any]]] = [[]]
     steering_events: list[Any] = []
-    steered = False  # once: its acceptance may come after more deltas
+    steer_sent = False  # once: its acceptance may come after more deltas
     for event in connection:
         if event.type.startswith("response.steer"):
             steering_events.append(event)
             continue
         streams[-1].append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
-        if event.type == "response.output_text.delta" and not steered:
+        if event.type == "response.output_text.delta" and not steer_sent:
             connection.response.steer(previous_response_id=streams[0][0]["response"]["id"], input=steering)
-            steered = True
+            steer_sent = True
         if event.type in SDK_TERMINAL_EVENT_TYPES:
             if len(streams) == 2:
                 break
