@@ -208,19 +208,27 @@ def assert_error(reply: httpx.Response, status: int, *, param: str | None, code:
     return error
 
 
+#: The running response is asked to write far more than this cap and is steered at its first text delta: whatever
+#: the machine's speed, the steer lands long before the cap could end it (or the model stop on its own).
+STEERED_CAP = 256
+LONG_COUNT = "Count from 1 to 500, separated by commas."
+
+
 def steered_exchange(connection: Any, steering: str, **fields: Any) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Start a response on an SDK WebSocket connection, steer it at its first text delta, and read on to the end
     of the automatic successor: (the steering events, the steered response, the successor), both streams checked."""
     connection.response.create(**fields)
     streams: list[list[dict[str, Any]]] = [[]]
     steering_events: list[Any] = []
+    steer_sent = False  # once: its acceptance may come after more deltas
     for event in connection:
         if event.type.startswith("response.steer"):
             steering_events.append(event)
             continue
         streams[-1].append(event.model_dump(mode="json", exclude_unset=True, warnings=False))
-        if event.type == "response.output_text.delta" and len(streams) == 1 and not steering_events:
+        if event.type == "response.output_text.delta" and not steer_sent:
             connection.response.steer(previous_response_id=streams[0][0]["response"]["id"], input=steering)
+            steer_sent = True
         if event.type in SDK_TERMINAL_EVENT_TYPES:
             if len(streams) == 2:
                 break
@@ -228,3 +236,31 @@ def steered_exchange(connection: Any, steering: str, **fields: Any) -> tuple[lis
         assert event.type != "error", event
     steered, successor = (assert_well_formed_stream(stream, union=SOCKET_EVENT) for stream in streams)
     return steering_events, steered, successor
+
+
+def branching_lanes_exchange(
+    connection: Any, origin: str, *, long: dict[str, Any], short: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Two lanes of one SDK WebSocket connection side by side, each branching from the response `origin`: the
+    `long` create on lane "long", then, at its first text delta, the `short` one on lane "short"; read both to
+    their ends: (the long response, the short one, the lanes in the order their responses ended)."""
+    connection.response.create(stream_id="long", previous_response_id=origin, **long)
+    streams: dict[str, list[dict[str, Any]]] = {"long": [], "short": []}
+    ended: list[str] = []
+    short_sent = False
+    for event in connection:
+        payload = event.model_dump(mode="json", exclude_unset=True, warnings=False)
+        assert event.type != "error", payload
+        lane = payload["stream_id"]
+        streams[lane].append(payload)
+        if event.type == "response.output_text.delta" and lane == "long" and not short_sent:
+            connection.response.create(stream_id="short", previous_response_id=origin, **short)
+            short_sent = True
+        if event.type in SDK_TERMINAL_EVENT_TYPES:
+            ended.append(lane)
+            if len(ended) == 2:
+                break
+    long_response, short_response = (
+        assert_well_formed_stream(streams[lane], union=SOCKET_EVENT) for lane in ("long", "short")
+    )
+    return long_response, short_response, ended

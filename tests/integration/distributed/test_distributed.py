@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,12 +17,15 @@ from app.config import Settings
 from app.generation.job import GenerationJob
 from app.generation.types import SamplingParams
 from app.tenants.identity import OPEN_TENANT
-from app.testing.databases import count_responses, fresh_postgres_database
-from app.testing.servers import RedisServer, SdkClients, ServerProcess, run_cli, wait_until_ready
+from app.testing.databases import count_responses
+from app.testing.servers import RedisServer, ServerProcess, wait_until_ready
 from app.testing.sse import parse_sse
 from app.transport.redis_queue import ArqQueue, affinity_owner_key, model_queue, register_worker, worker_queue
+from tests.integration.distributed.cluster import Cluster, model_of, poll, poll_until
 from tests.protocol import (
+    LONG_COUNT,
     SOCKET_EVENT,
+    STEERED_CAP,
     assert_exact_response,
     assert_well_formed_stream,
     socket_exchange,
@@ -34,81 +34,9 @@ from tests.protocol import (
 
 pytestmark = pytest.mark.integration
 
-DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/9"
 STORY = "Write a long story about a dragon who learns to bake bread."
 #: Crash recovery must settle a response within this (the issue's bound).
 RECOVERY_BOUND_S = 30
-
-
-@dataclass
-class Cluster:
-    database_url: str
-    redis_url: str
-    api_a: ServerProcess
-    api_b: ServerProcess
-    worker: ServerProcess
-    logs: Path
-    #: Every worker started, so that teardown stops them all (a leaked one would take later runs' jobs).
-    workers: list[ServerProcess]
-    clients: SdkClients
-
-    def env(self) -> dict[str, str]:
-        return {"RESPONSES_DATABASE_URL": self.database_url, "RESPONSES_REDIS_URL": self.redis_url}
-
-    def client(self, node: ServerProcess) -> openai.OpenAI:
-        return self.clients(node.base_url)
-
-    def new_worker(self, name: str, **env: str) -> ServerProcess:
-        worker = ServerProcess({**self.env(), **env}, self.logs / f"{name}.log", command=["worker"]).start()
-        self.workers.append(worker)
-        return worker
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    redis_url = os.environ.get("RESPONSES_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
-    with redis.Redis.from_url(redis_url) as connection:
-        connection.flushdb()
-    logs = tmp_path_factory.mktemp("cluster")
-    with fresh_postgres_database() as database_url:
-        env = {"RESPONSES_DATABASE_URL": database_url, "RESPONSES_REDIS_URL": redis_url}
-        assert run_cli(["migrate"], env).returncode == 0
-        env["RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS"] = "48"  # the shipped model's summaries are long
-        worker = ServerProcess(env, logs / "worker.log", command=["worker"]).start()
-        api_a = ServerProcess(env, logs / "api_a.log").start()
-        api_b = ServerProcess(env, logs / "api_b.log").start()
-        cluster = Cluster(database_url, redis_url, api_a, api_b, worker, logs, workers=[worker], clients=SdkClients())
-        try:
-            wait_until_ready(api_a.base_url)
-            yield cluster
-        finally:
-            cluster.clients.close()
-            for process in (api_a, api_b, *cluster.workers):
-                process.stop()
-
-
-def model_of(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
-
-
-def poll_until(
-    client: openai.OpenAI, response_id: str, status: str, timeout_s: float = 30
-) -> openai.types.responses.Response:
-    deadline = time.monotonic() + timeout_s
-    response = client.responses.retrieve(response_id)
-    while response.status != status and time.monotonic() < deadline:
-        time.sleep(0.05)
-        response = client.responses.retrieve(response_id)
-    return response
-
-
-def poll(client: openai.OpenAI, response_id: str, timeout_s: float = 60) -> openai.types.responses.Response:
-    deadline = time.monotonic() + timeout_s
-    response = client.responses.retrieve(response_id)
-    while response.status in ("queued", "in_progress") and time.monotonic() < deadline:
-        time.sleep(0.1)
-        response = client.responses.retrieve(response_id)
-    return response
 
 
 def test_background_create_then_poll_from_another_node(cluster: Cluster) -> None:
@@ -222,14 +150,15 @@ def test_a_websocket_warm_up_runs_on_the_worker_that_then_serves_its_chain(clust
 
 def test_a_steer_stops_the_response_on_its_worker_and_a_successor_follows(cluster: Cluster) -> None:
     a, b = cluster.client(cluster.api_a), cluster.client(cluster.api_b)
-    fields = {"model": model_of(b), "temperature": 0, "max_output_tokens": 64}
+    fields = {"model": model_of(b), "temperature": 0, "max_output_tokens": STEERED_CAP}
     with b.responses.connect() as connection:  # stored, signalled to the worker that runs it, as a cancel is
         steering, steered, successor = steered_exchange(
-            connection, "Stop. Just say the word OK.", input="Count from 1 to 200, separated by commas.", **fields
+            connection, "Stop. Just say the word OK.", input=LONG_COUNT, **fields
         )
     assert [event.type for event in steering] == ["response.steer.accepted"]
     assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
-    assert successor["previous_response_id"] == steered["id"] and successor["max_output_tokens"] == 64
+    assert steered["usage"]["output_tokens"] < STEERED_CAP
+    assert successor["previous_response_id"] == steered["id"] and successor["max_output_tokens"] == STEERED_CAP
     assert a.responses.retrieve(steered["id"]).incomplete_details.reason == "steered"  # type: ignore[union-attr]
 
 

@@ -6,21 +6,21 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.protocol import steered_exchange
+from tests.protocol import LONG_COUNT, STEERED_CAP, steered_exchange
 
 pytestmark = pytest.mark.integration
 
 
 def test_steering_a_running_response_through_the_sdk(client: openai.OpenAI, model: str) -> None:
-    fields = {"model": model, "temperature": 0, "max_output_tokens": 64, "instructions": "Answer plainly."}
+    fields = {"model": model, "temperature": 0, "max_output_tokens": STEERED_CAP, "instructions": "Answer plainly."}
     with client.responses.connect() as connection:
         steering, steered, successor = steered_exchange(
-            connection, "Stop. Just say the word OK.", input="Count from 1 to 200, separated by commas.", **fields
+            connection, "Stop. Just say the word OK.", input=LONG_COUNT, **fields
         )
     assert steering[0].type == "response.steer.accepted" and steering[0].steer.id.startswith("steer_")
     assert len(steering) == 1, steering
     assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
-    assert steered["usage"]["output_tokens"] < 64
+    assert steered["usage"]["output_tokens"] < STEERED_CAP
     assert successor["status"] in {"completed", "incomplete"} and successor["previous_response_id"] == steered["id"]
     for name in ("temperature", "max_output_tokens", "instructions", "model"):
         assert successor[name] == steered[name], name
