@@ -12,7 +12,9 @@ from openai.types.responses import Response
 
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream, socket_exchange
 
-pytestmark = pytest.mark.integration
+#: On SQLite only: what these prove is the engine's and the session's, not the database's (distributed mode's tests
+#: run the same on Postgres), and each costs a minute or more on the CI machine.
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 
 #: A context long enough that its prefix state is saved (about 250 tokens).
 RULES = " ".join(

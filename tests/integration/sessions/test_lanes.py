@@ -8,7 +8,9 @@ import pytest
 
 from tests.protocol import SOCKET_EVENT, assert_well_formed_stream, branching_lanes_exchange, socket_exchange
 
-pytestmark = pytest.mark.integration
+#: On SQLite only: what these prove is the engine's and the session's, not the database's (distributed mode's tests
+#: run the same on Postgres), and each costs a minute or more on the CI machine.
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 
 #: Long enough that the short lane, started at the long one's first token, ends first unless the lanes take turns.
 LONG = {"input": "Count from 1 to 500, separated by commas.", "max_output_tokens": 64}

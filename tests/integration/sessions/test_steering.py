@@ -8,7 +8,9 @@ import pytest
 
 from tests.protocol import LONG_COUNT, STEERED_CAP, steered_exchange
 
-pytestmark = pytest.mark.integration
+#: On SQLite only: what these prove is the engine's and the session's, not the database's (distributed mode's tests
+#: run the same on Postgres), and each costs a minute or more on the CI machine.
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 
 
 def test_steering_a_running_response_through_the_sdk(client: openai.OpenAI, model: str) -> None:
