@@ -32,6 +32,7 @@ from app.jobs import event_batches, repository
 from app.jobs.event_batches import EventBatch, Payload
 from app.jobs.final_state import final_values, record_final_items, record_unstored_usage, row_verdict
 from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
+from app.jobs.preemption import Preempted, until_preempted
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
 from app.jobs.telemetry import JobObserver
@@ -57,6 +58,8 @@ class Interrupted(enum.Enum):
     LOST = "lost"
     #: Its process is stopping: a background job is handed over to another worker.
     HANDING_OVER = "handing over"
+    #: Preempted for another tenant's job: the background job goes back to the queue, to go on later.
+    HANDING_BACK = "handing back"
 
 
 class JobExecution:
@@ -95,6 +98,8 @@ class JobExecution:
         #: The run's Finish (or GenerationFailed) was read: the run closes its response itself.
         self._ended = False
         self._interrupted: Interrupted | None = None
+        #: Set by `preempt`: the run gives its job back before its next token.
+        self._preempted = asyncio.Event()
         self.observer = JobObserver(job)
         #: Kept events wait here for their write; the progress step and the lease renewal ride in it.
         self.batch = EventBatch(
@@ -275,19 +280,21 @@ class JobExecution:
         if event is not None:
             await publish_quietly(self.bus, self.job.response_id, event)
 
-    async def _hand_over(self) -> None:
+    async def _hand_over(self, *, back: bool = False) -> None:
         """Stopping (shutdown): store the events still waiting with the progress they were made from, and give
-        the lease up at once so that another worker takes the job over from there. If that write fails, the
-        lease is given up alone: the takeover makes those events again (none was sent)."""
+        the lease up at once so that another worker takes the job over from there (`back`: preempted, the job
+        goes back to the queue instead, `queued`). If that write fails, the lease is given up alone: the
+        takeover makes those events again (none was sent)."""
         assert self.lease is not None
         lease = self.lease
+        give_up = lease.hand_back if back else lease.hand_over
         await self.batch.stop()
         payloads = list(self.batch.pending) if self.batch.failure is None else []
         progress = self.progress.unsaved() if payloads or not self.job.keep_events else None
 
         async def release(payloads: list[Payload], progress: ProgressStep | None) -> None:
             async with self.database.transaction() as session:
-                if await lease.hand_over(session, progress) and payloads:
+                if await give_up(session, progress) and payloads:
                     await repository.insert_events(session, self.job.response_id, payloads)
 
         try:
@@ -366,6 +373,9 @@ class JobExecution:
         except LeaseLost:
             self._interrupted = Interrupted.LOST
             logger.warning("lost the lease of %s: another worker has it, or it ended", self.job.response_id)
+        except Preempted:
+            self._interrupted = Interrupted.HANDING_BACK
+            logger.info("preempted %s: it goes back to the queue", self.job.response_id)
         except asyncio.CancelledError:
             # A worker shutting down hands a background job over rather than ending it.
             if self.background and self.lease is not None:
@@ -386,8 +396,8 @@ class JobExecution:
                     # Stopped from outside (shutdown, a lost connection): stop the model and store what it made,
                     # unless the job goes to another worker or is no longer ours.
                     await self._relay(generation, silent=self._interrupted is not None)
-                    if self._interrupted is Interrupted.HANDING_OVER:
-                        await self._hand_over()
+                    if self._interrupted in (Interrupted.HANDING_OVER, Interrupted.HANDING_BACK):
+                        await self._hand_over(back=self._interrupted is Interrupted.HANDING_BACK)
             with anyio.CancelScope(shield=True):
                 await self.batch.stop()  # the final write, the hand-over or a failure left nothing for it
 
@@ -396,9 +406,30 @@ class JobExecution:
         if isinstance(self.generation, LoopRun):
             self.generation.cancel()
 
+    def preempt(self) -> bool:
+        """Give the job back to the queue before its next token, its progress stored (another tenant's job needs
+        the place): whether it will. Only a stored background job can (a later run takes it over, as after a
+        worker's stop), without tools (never inside a tool call) or logprobs (those of the text so far are not
+        stored), and only while it generates."""
+        if (
+            self.lease is None
+            or not self.background
+            or self.tools is not None
+            or self.job.sampling.top_logprobs is not None
+            or self.generation is None
+            or self._ended
+            or self._interrupted is not None
+            or self._preempted.is_set()
+        ):
+            return False
+        self._preempted.set()
+        return True
+
     async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
         while True:
             outputs: AsyncIterator[Any] = generation.outputs()
+            if not silent and self.tools is None and self.background and self.lease is not None:
+                outputs = until_preempted(outputs, self._preempted)  # it may be preempted between two tokens
             async for output in outputs:
                 if isinstance(output, str | ScoredPiece):
                     if silent:

@@ -130,6 +130,14 @@ class JobLease:
         )
         return held
 
+    async def hand_back(self, session: AsyncSession, progress: ProgressStep | None) -> bool:
+        """Give the job back to the queue now (preempted), with the progress the next run goes on from: whether
+        it was still ours. Unlike a hand-over its lease does not expire: the response is `queued` again, so the
+        reconciler leaves it to the queue that holds it."""
+        return await repository.hand_back(
+            session, self.response_id, holder=self.holder, now=utc_now(), progress=progress
+        )
+
     async def heartbeat(self, database: Database, generation: GenerationRun, progress: ProgressLog | None) -> None:
         """Renews the lease every third of it until cancelled; a failed renewal is retried next beat. A lost lease
         or a stored cancel request stops the generation, and so does a lease that ran out before any renewal got
