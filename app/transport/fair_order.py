@@ -30,7 +30,8 @@ class Place:
     """One job's place (or its wait for one)."""
 
     job: GenerationJob
-    #: Asked to give the place back: once its run has handed the job back, the job waits here again.
+    #: Asked to give the place back, which went to the waiting job at once (the engine starts that one on the
+    #: preempted one's sequence as soon as it stops); once its run has handed the job back, the job waits again.
     preempted: bool = False
 
 
@@ -102,6 +103,8 @@ class WaitingRoom:
             raise
 
     def _leave(self, held: Place) -> None:
+        if held.preempted:
+            return  # its place was passed on when it was asked to give it back
         self._held.remove(held)
         self.running -= 1
         if held.job.job_class != "interactive":
@@ -127,17 +130,15 @@ class WaitingRoom:
         job of another tenant that holds more than its share is asked to give its place back: of the tenant
         holding the most, the youngest (the least work lost to a slower resume, the oldest nearest its end).
 
-        A tenant alone never preempts its own work: its interactive jobs have the kept place, as before. At most
-        one place is being freed for each interactive job waiting."""
+        The place is passed on at once, to the job whose turn it is (this one, unless another tenant's interactive
+        job waited before it): the engine starts that job's sequence as soon as the preempted one's stops, between
+        two steps, while its run stores its progress. A tenant alone never preempts its own work: its interactive
+        jobs have the kept place, as before."""
         if self.preempt is None or not self.places:
             return
         holding = Counter(held.job.tenant for held in self._held if not held.preempted)
         share = max(self.places // len(holding.keys() | {tenant}), 1)
         if holding[tenant] >= share:
-            return
-        freeing = sum(held.preempted for held in self._held)
-        waiting = sum(count for (_, job_class), count in self.waiting_by_tenant().items() if job_class == "interactive")
-        if freeing >= waiting:
             return
         candidates = [
             held
@@ -150,5 +151,6 @@ class WaitingRoom:
         candidates.sort(key=lambda held: -holding[held.job.tenant])  # stable: the youngest first within a tenant
         for held in candidates:
             if self.preempt(held.job.response_id):
+                self._leave(held)
                 held.preempted = True
                 return

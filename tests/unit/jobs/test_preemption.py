@@ -50,6 +50,11 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
         await asyncio.sleep(0.005)
 
 
+async def status(client: httpx.AsyncClient, response_id: str) -> str:
+    status: str = (await client.get(f"/v1/responses/{response_id}")).json()["status"]
+    return status
+
+
 def words(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{index}" for index in range(count)]
 
@@ -71,16 +76,24 @@ async def test_a_preempted_background_job_goes_on_after_the_other_tenants_job_as
     alpha, beta, _ = tenants
     runner.delay_s = 0.01
     # One reply a run, in the order they start: alpha's background, alpha's foreground, beta's, the resumed one.
-    runner.replies = [words("w", 60), words("a", 60), words("b", 3), words("r", 4)]
+    runner.replies = [words("w", 60), words("a", 60), words("b", 30), words("r", 4)]
     live, background_id = await fill_alphas_places(alpha, runner)
     first_run = runner.runs[background_id]
     answer = asyncio.create_task(beta.post("/v1/responses", json={"input": "Say hi."}))
     await until(lambda: len(runner.jobs) == 3)
-    # Beta's job started at once, in the place alpha's background job gave back; that job waits, `queued`.
+    # Beta's job started at once, in the place alpha's background job gives back; that job waits, `queued`.
     assert runner.jobs[2].tenant != runner.jobs[0].tenant and runner.jobs[2].job_class == "interactive"
-    assert (await alpha.get(f"/v1/responses/{background_id}")).json()["status"] == "queued"
+    await until(lambda: first_run.cancelled)  # stopped between two tokens
+    assert await status(alpha, background_id) in ("in_progress", "queued")  # (storing its progress, then given back)
+    for _ in range(200):  # (beta's job, 30 words, still runs meanwhile)
+        if await status(alpha, background_id) == "queued":
+            break
+        await asyncio.sleep(0.005)
+    else:
+        raise AssertionError("the preempted job was not given back")
+    assert runner.runs[runner.jobs[2].response_id].produced < 30
     said = " ".join(words("w", first_run.produced))
-    assert (await answer).json()["output"][0]["content"][0]["text"] == "b0 b1 b2"
+    assert (await answer).json()["output"][0]["content"][0]["text"] == " ".join(words("b", 30))
     events = parse_sse((await asyncio.wait_for(live, 10)).text)
     final = assert_well_formed_stream(events)  # sequence numbers 0..n-1, deltas adding up, one terminal event
     assert final["status"] == "completed"

@@ -206,24 +206,30 @@ async def test_an_interactive_job_of_a_tenant_holding_no_place_preempts_the_youn
     await holders.add(job("b-int", "b"))
     # Three tenants: a share of one place each. Alpha holds three: its youngest background or batch job goes.
     assert holders.asked == ["a-bg1"]
-    assert holders.room.waiting == 1
-    await holders.end("a-bg1")  # it gave its place back: beta's job has it
+    # Its place is beta's job's at once (the engine starts it as soon as a-bg1's sequence stops).
     assert holders.started[-1] == "b-int"
+    assert (holders.room.running, holders.room.running_deferrable, holders.room.waiting) == (4, 2, 0)
+    await holders.end("a-bg1")  # its run ends (it handed its job back): nothing more is freed
+    assert (holders.room.running, holders.room.waiting) == (4, 0)
     await holders.add(job("b-int2", "b"))
     assert holders.asked == ["a-bg1"]  # beta holds its share now: it waits for a place as any job does
     await holders.close()
 
 
-async def test_a_job_that_cannot_give_its_place_back_is_passed_over_and_only_one_place_is_freed_a_waiter() -> None:
+async def test_a_job_that_cannot_give_its_place_back_is_passed_over() -> None:
     holders = Holders(places=3, willing={"a-bg0"})
     await holders.add(job("a-bg0", "a", "background"), job("a-bg1", "a", "background"), job("a-int", "a"))
     await holders.add(job("b-int", "b"))
     assert holders.asked == ["a-bg1", "a-bg0"]  # the youngest could not (a tool call, say): the next one goes
-    await holders.add(job("c-int", "c"))
-    # A second waiter of another tenant holding none: alpha still holds more than its share (one of three).
-    assert holders.asked == ["a-bg1", "a-bg0", "a-bg1"]
-    await holders.end("a-bg0")
     assert holders.started[-1] == "b-int"
+    await holders.add(job("c-int", "c"))
+    # Another tenant holding none: alpha still holds more than its share (one of three), but a-bg1 still cannot.
+    assert holders.asked == ["a-bg1", "a-bg0", "a-bg1"]
+    assert holders.room.waiting == 1
+    await holders.end("a-bg0")
+    assert holders.room.waiting == 1  # a-bg0's place went to b-int already
+    await holders.end("a-int")
+    assert holders.started[-1] == "c-int"
     await holders.close()
 
 
