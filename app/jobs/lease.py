@@ -93,7 +93,9 @@ class JobLease:
         if row.attempts > 1 and progress is None and keeps_events:
             next_stored = await repository.next_sequence_number(session, row.id)
         if row.attempts > 1:
-            logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
+            logger.warning(
+                "taking over response %s (attempt %d: its last run stopped, or was preempted)", row.id, row.attempts
+            )
         return Claim(progress, next_stored, cancel_requested=row.cancel_requested_at is not None)
 
     async def renew(self, session: AsyncSession, progress: ProgressStep | None = None) -> bool:
