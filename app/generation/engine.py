@@ -264,6 +264,10 @@ class LlamaEngine:
                 return False
             self._waiting.push(submitted.job_class, submitted.cache_scope, submitted)
             wait = False
+        if self._waiting:  # a cancelled sequence's slot goes to a waiting request now, not a step later
+            for slot in self._slots:
+                if slot.request is not None and slot.request.cancelled.is_set():
+                    self._finish(slot, "cancelled")
         while self._waiting and any(slot.request is None for slot in self._slots):
             request = self._waiting.pop()
             try:

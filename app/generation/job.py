@@ -118,11 +118,15 @@ class FairOrder(Generic[T]):
     def __len__(self) -> int:
         return self._count
 
-    def push(self, job_class: JobClass, tenant: str, item: T) -> None:
+    def push(self, job_class: JobClass, tenant: str, item: T, *, first: bool = False) -> None:
+        """Queue `item` last of its tenant's (`first`: before them, as a preempted job that goes on)."""
         tenants = self._classes[job_class]
         if tenant not in tenants:
             tenants[tenant] = deque()  # a tenant with nothing waiting joins the end of the round
-        tenants[tenant].append(item)
+        if first:
+            tenants[tenant].appendleft(item)
+        else:
+            tenants[tenant].append(item)
         self._count += 1
 
     def waiting_by_tenant(self) -> dict[tuple[str, JobClass], int]:

@@ -43,6 +43,11 @@ def prompt_shares(pending: Sequence[int], room: int, floor: int = MIN_PROMPT_SHA
     either way), so its first token comes later by about their reading time, a few steps at most: a sequence
     reads its prompt once, and at most `slots - 1` others read beside it at a time. The floor keeps the long
     prompt from standing still meanwhile, however many short ones keep arriving.
+
+    A step that reads the last of a prompt (its sequence's first token comes from it) reads no more of the other
+    prompts than their floor: that first token waits for its own prefill and the decodes beside it, not for a
+    full chunk of someone else's prompt (issue 27's goal: another tenant's create waits no more than one decode
+    step plus its own prefill). It costs the long prompt the rest of one step's room each time a short one ends.
     """
     shares = [0] * len(pending)
     left = room
@@ -50,10 +55,14 @@ def prompt_shares(pending: Sequence[int], room: int, floor: int = MIN_PROMPT_SHA
         take = min(count, floor, left)
         shares[index] = take
         left -= take
+    if any(share and share == count for share, count in zip(shares, pending, strict=True)):
+        return shares  # a first token comes from this step: keep it short
     for index in sorted(range(len(pending)), key=lambda index: pending[index]):
         take = min(pending[index] - shares[index], left)
         shares[index] += take
         left -= take
+        if take and shares[index] == pending[index]:
+            break  # it reads the last of its prompt: the step stops there
     return shares
 
 

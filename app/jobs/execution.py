@@ -38,8 +38,10 @@ from app.jobs.final_state import (
     row_verdict,
 )
 from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
+from app.jobs.preemption import Preempted, until_preempted
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
+from app.jobs.steering import SteeringStop
 from app.jobs.telemetry import JobObserver
 from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
@@ -54,8 +56,6 @@ TokenCharge = Callable[[str, int], Awaitable[None]]
 logger = logging.getLogger(__name__)
 
 STORE_FAILED_MESSAGE = "The server could not store this response's final state."
-#: Text formats whose output is one structured value: a steer never cuts it (the response completes first).
-STRUCTURED_FORMATS = frozenset({"json_schema", "json_object"})
 
 
 class Interrupted(enum.Enum):
@@ -65,6 +65,8 @@ class Interrupted(enum.Enum):
     LOST = "lost"
     #: Its process is stopping: a background job is handed over to another worker.
     HANDING_OVER = "handing over"
+    #: Preempted for another tenant's job: the background job goes back to the queue, to go on later.
+    HANDING_BACK = "handing back"
 
 
 class JobExecution:
@@ -103,14 +105,12 @@ class JobExecution:
         #: The run's Finish (or GenerationFailed) was read: the run closes its response itself.
         self._ended = False
         self._interrupted: Interrupted | None = None
-        #: Steering input waits for this response (a signal, or stored: the lease reads it); `_steering`: the
-        #: generation was stopped for it, at a safe boundary (never inside a call or a structured output).
-        self._steer_asked = False
-        self._steering = False
+        #: Steering input may stop this response (steering.py).
+        self.steering = SteeringStop(job)
         #: A cancel signal came: a stop is then the cancel's, not the steering's.
         self._cancel_asked = False
-        text_format = (job.response.get("text") or {}).get("format") or {}
-        self._structured = text_format.get("type") in STRUCTURED_FORMATS
+        #: Set by `preempt`: the run gives its job back before its next token.
+        self._preempted = asyncio.Event()
         self.observer = JobObserver(job)
         #: Kept events wait here for their write; the progress step and the lease renewal ride in it.
         self.batch = EventBatch(
@@ -292,19 +292,21 @@ class JobExecution:
         if event is not None:
             await publish_quietly(self.bus, self.job.response_id, event)
 
-    async def _hand_over(self) -> None:
+    async def _hand_over(self, *, back: bool = False) -> None:
         """Stopping (shutdown): store the events still waiting with the progress they were made from, and give
-        the lease up at once so that another worker takes the job over from there. If that write fails, the
-        lease is given up alone: the takeover makes those events again (none was sent)."""
+        the lease up at once so that another worker takes the job over from there (`back`: preempted, the job
+        goes back to the queue instead, `queued`). If that write fails, the lease is given up alone: the
+        takeover makes those events again (none was sent)."""
         assert self.lease is not None
         lease = self.lease
+        give_up = lease.hand_back if back else lease.hand_over
         await self.batch.stop()
         payloads = list(self.batch.pending) if self.batch.failure is None else []
         progress = self.progress.unsaved() if payloads or not self.job.keep_events else None
 
         async def release(payloads: list[Payload], progress: ProgressStep | None) -> None:
             async with self.database.transaction() as session:
-                if await lease.hand_over(session, progress) and payloads:
+                if await give_up(session, progress) and payloads:
                     await repository.insert_events(session, self.job.response_id, payloads)
 
         try:
@@ -384,6 +386,9 @@ class JobExecution:
         except LeaseLost:
             self._interrupted = Interrupted.LOST
             logger.warning("lost the lease of %s: another worker has it, or it ended", self.job.response_id)
+        except Preempted:
+            self._interrupted = Interrupted.HANDING_BACK
+            logger.info("preempted %s: it goes back to the queue", self.job.response_id)
         except asyncio.CancelledError:
             # A worker shutting down hands a background job over rather than ending it.
             if self.background and self.lease is not None:
@@ -404,8 +409,8 @@ class JobExecution:
                     # Stopped from outside (shutdown, a lost connection): stop the model and store what it made,
                     # unless the job goes to another worker or is no longer ours.
                     await self._relay(generation, silent=self._interrupted is not None)
-                    if self._interrupted is Interrupted.HANDING_OVER:
-                        await self._hand_over()
+                    if self._interrupted in (Interrupted.HANDING_OVER, Interrupted.HANDING_BACK):
+                        await self._hand_over(back=self._interrupted is Interrupted.HANDING_BACK)
             with anyio.CancelScope(shield=True):
                 await self.batch.stop()  # the final write, the hand-over or a failure left nothing for it
 
@@ -418,31 +423,44 @@ class JobExecution:
     def steer(self) -> None:
         """A steer signal: the generation stops at the next safe boundary, and the response ends `incomplete`
         (reason `steered`); one that completes first is not cut."""
-        self._steer_asked = True
+        self.steering.asked = True
         if self.generation is not None:
             self._stop_for_steering(self.generation)
 
     def _stop_for_steering(self, generation: GenerationRun) -> None:
-        asked = self._steer_asked or (self.lease is not None and self.lease.steer_requested)
-        if not asked or self._steering or self._structured or not self.assembler.steerable():
-            return
-        if isinstance(generation, LoopRun):
-            if generation.call is not None and not generation.call.done():
-                return  # an MCP call in flight is never cut: the next round's first token stops it
-            generation.run.cancel()  # the model's run only: the loop then ends with this round
-        else:
-            generation.cancel()
-        self._steering = True
+        stored = self.lease is not None and self.lease.steer_requested
+        self.steering.check(generation, self.assembler, stored=stored)
 
     async def _steered(self, finish: Finish) -> Finish:
         """A stop this run made for steering input ends `steered`, unless a cancel came too (stored or signalled)."""
-        if not self._steering or finish.reason != "cancelled" or self._cancel_asked or await self._cancel_stored():
+        if not self.steering.made(finish) or self._cancel_asked or await self._cancel_stored():
             return finish
-        return replace(finish, reason="steered")
+        return self.steering.steered(finish)
+
+    def preempt(self) -> bool:
+        """Give the job back to the queue before its next token, its progress stored (another tenant's job needs
+        the place): whether it will. Only a stored background job can (a later run takes it over, as after a
+        worker's stop), without tools (never inside a tool call) or logprobs (those of the text so far are not
+        stored), and only while it generates."""
+        if (
+            self.lease is None
+            or not self.background
+            or self.tools is not None
+            or self.job.sampling.top_logprobs is not None
+            or self.generation is None
+            or self._ended
+            or self._interrupted is not None
+            or self._preempted.is_set()
+        ):
+            return False
+        self._preempted.set()
+        return True
 
     async def _relay(self, generation: GenerationRun, *, silent: bool = False) -> None:
         while True:
             outputs: AsyncIterator[Any] = generation.outputs()
+            if not silent and self.tools is None and self.background and self.lease is not None:
+                outputs = until_preempted(outputs, self._preempted)  # it may be preempted between two tokens
             async for output in outputs:
                 if isinstance(output, str | ScoredPiece):
                     if silent:

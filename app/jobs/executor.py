@@ -76,6 +76,10 @@ class JobExecutor:
         if execution is not None:
             execution.steer()
 
+    def preempt(self, response_id: str) -> bool:
+        execution = self.executions.get(response_id)
+        return execution is not None and execution.preempt()
+
     def loaded(self) -> set[str] | None:
         return self.runner.loaded()
 

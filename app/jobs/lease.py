@@ -96,7 +96,9 @@ class JobLease:
         if row.attempts > 1 and progress is None and keeps_events:
             next_stored = await repository.next_sequence_number(session, row.id)
         if row.attempts > 1:
-            logger.warning("taking over response %s (attempt %d)", row.id, row.attempts)
+            logger.warning(
+                "taking over response %s (attempt %d: its last run stopped, or was preempted)", row.id, row.attempts
+            )
         self.steer_requested = row.steer_requested_at is not None
         return Claim(progress, next_stored, cancel_requested=row.cancel_requested_at is not None)
 
@@ -134,6 +136,14 @@ class JobLease:
             session, self.response_id, holder=self.holder, now=now, lease_until=now, progress=progress
         )
         return held
+
+    async def hand_back(self, session: AsyncSession, progress: ProgressStep | None) -> bool:
+        """Give the job back to the queue now (preempted), with the progress the next run goes on from: whether
+        it was still ours. Unlike a hand-over its lease does not expire: the response is `queued` again, so the
+        reconciler leaves it to the queue that holds it."""
+        return await repository.hand_back(
+            session, self.response_id, holder=self.holder, now=utc_now(), progress=progress
+        )
 
     async def heartbeat(self, database: Database, generation: GenerationRun, progress: ProgressLog | None) -> None:
         """Renews the lease every third of it until cancelled; a failed renewal is retried next beat. A lost lease

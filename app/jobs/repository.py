@@ -101,6 +101,16 @@ async def claim(
     return row
 
 
+async def _append_progress(session: AsyncSession, response_id: str, progress: ProgressStep | None) -> None:
+    if progress is not None:
+        session.add(
+            GenerationProgressRow(
+                response_id=response_id, position=progress.position, pieces=progress.pieces, ids=progress.ids
+            )
+        )
+        await session.flush()
+
+
 async def renew(
     session: AsyncSession,
     response_id: str,
@@ -117,13 +127,7 @@ async def renew(
         values["lease_expires_at"] = lease_until
     if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
         return False, False, False
-    if progress is not None:
-        session.add(
-            GenerationProgressRow(
-                response_id=response_id, position=progress.position, pieces=progress.pieces, ids=progress.ids
-            )
-        )
-        await session.flush()
+    await _append_progress(session, response_id, progress)
     query = select(ResponseRow.cancel_requested_at, ResponseRow.steer_requested_at).where(ResponseRow.id == response_id)
     asked = (await session.execute(query)).one_or_none()
     if asked is None:
@@ -230,6 +234,19 @@ async def request_steer(session: AsyncSession, response_id: str, *, now: datetim
     )
     query = select(ResponseRow.status).where(ResponseRow.id == response_id)
     return (await session.execute(query)).scalar_one_or_none() in ("queued", "in_progress")
+
+
+async def hand_back(
+    session: AsyncSession, response_id: str, *, holder: Holder, now: datetime, progress: ProgressStep | None
+) -> bool:
+    """A run preempted for another tenant's job gives its job back (while `holder` holds it), appending
+    `progress`: the response reads `queued` again, its output so far kept, until a run claims it. Whether it was
+    still held."""
+    values = {"status": "queued", "lease_owner": None, "lease_expires_at": None, "heartbeat_at": now}
+    if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
+        return False
+    await _append_progress(session, response_id, progress)
+    return True
 
 
 async def request_cancel(session: AsyncSession, response_id: str, *, now: datetime) -> bool:

@@ -33,6 +33,11 @@ class JobExecutor(Protocol):
     def steer(self, response_id: str) -> None:
         """Stop the job's generation at its next safe boundary, for steering input, if it runs here."""
 
+    def preempt(self, response_id: str) -> bool:
+        """Ask the job, if it runs here, to give its place back at its next safe boundary (between two tokens,
+        never inside a tool call): its progress stored, it reads `queued` again, and a later run goes on from
+        there. Whether it will (only a stored background job without tools, generating now, can)."""
+
     def loaded(self) -> set[str] | None:
         """The models in memory here now; None where models are not loaded on demand."""
 

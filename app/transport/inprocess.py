@@ -1,6 +1,6 @@
 """Embedded mode's backend: jobs run as tasks of this process, by the executor it is handed, each model's at most
-`places` at once (its engine's sequences) and the others in a fair waiting room (fair_order.py); events fan out
-in memory."""
+`places` at once (its engine's sequences) and the others in a fair waiting room (fair_order.py), which may preempt
+a running background job for another tenant's interactive one; events fan out in memory."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class InProcessQueue:
     def _room(self, model: str) -> WaitingRoom:
         room = self._rooms.get(model)
         if room is None:
-            room = self._rooms[model] = WaitingRoom(self.places)
+            room = self._rooms[model] = WaitingRoom(self.places, self.executor.preempt)
         return room
 
     async def _run(self, job: GenerationJob) -> None:
@@ -43,8 +43,16 @@ class InProcessQueue:
         # NOTE: a cancel signal for a job still waiting here finds no generation to stop, as one for a job still
         # in Redis does in distributed mode: a stored cancel is read by its claim; a foreground job whose client
         # left runs once its turn comes (its row must end somehow, and a conversation's claim be released).
-        async with self._room(job.model).place(job):
-            await self.executor.execute(job)
+        # A preempted job (the room asked it to give its place back) waits again, before its tenant's others; its
+        # run handed it back with its progress, and the next one goes on from there. If it ended first, the next
+        # run's claim finds it ended and does nothing.
+        resumed = False
+        while True:
+            async with self._room(job.model).place(job, resumed=resumed) as held:
+                await self.executor.execute(job)
+            if not held.preempted:
+                return
+            resumed = True
 
     async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
         await self.enqueue(job)

@@ -41,16 +41,26 @@ def test_exact_mode_reads_prompts_in_chunks_ending_on_fixed_positions() -> None:
     assert reuse.chunk_length(position=100, pending=500, room=512) == 28
 
 
-def test_a_short_prompt_beside_a_long_one_is_read_in_the_same_step() -> None:
-    # The long prompt came first (slot order); the short one still takes all it needs of a prefill step.
-    assert prompt_shares([7000, 20], room=512, floor=32) == [492, 20]
-    assert prompt_shares([20, 7000], room=512, floor=32) == [20, 492]
+def test_a_short_prompt_beside_a_long_one_is_read_in_the_same_step_and_that_step_is_kept_short() -> None:
+    # The long prompt came first (slot order); the short one still reads all it needs, and since its first token
+    # comes from this step, the long one reads only its floor in it (issue 27: the short one's first token waits
+    # for its own prefill, not a full chunk of another prompt).
+    assert prompt_shares([7000, 20], room=512, floor=32) == [32, 20]
+    assert prompt_shares([20, 7000], room=512, floor=32) == [20, 32]
+    # Longer than a floor: it takes what it needs of the room, shortest first, and the step stops there.
+    assert prompt_shares([7000, 100], room=512, floor=32) == [32, 100]
+    # A prompt alone reads the whole room, its last chunk too.
+    assert prompt_shares([7000], room=512, floor=32) == [512]
+    assert prompt_shares([300], room=512, floor=32) == [300]
 
 
 def test_the_room_goes_to_the_fewest_pending_tokens_after_each_gets_its_floor() -> None:
     # Beside streams (128 tokens of room): the long prompt keeps its floor, the shorter ones the rest, shortest first.
     assert prompt_shares([7000, 300], room=128, floor=32) == [32, 96]
-    assert prompt_shares([7000, 300, 50], room=128, floor=32) == [32, 46, 50]
+    assert prompt_shares([7000, 300, 400], room=128, floor=32) == [32, 64, 32]
+    # One of them reads the last of its prompt: the others read only their floor.
+    assert prompt_shares([7000, 300, 50], room=128, floor=32) == [32, 32, 50]
+    assert prompt_shares([7000, 300, 20], room=128, floor=32) == [32, 32, 20]
     # Room for less than every floor: the floors in slot order until it runs out.
     assert prompt_shares([7000, 300, 50], room=40, floor=32) == [32, 8, 0]
     # Never more than a sequence has pending, never more than the room.
@@ -59,9 +69,14 @@ def test_the_room_goes_to_the_fewest_pending_tokens_after_each_gets_its_floor() 
     assert prompt_shares([900, 900], room=0) == [0, 0]
 
 
-def test_shares_fill_the_room_and_never_exceed_it() -> None:
-    for pending in ([1, 2, 3, 4], [600, 700, 10], [512], [100, 100, 100, 100, 100]):
+def test_shares_fill_the_room_unless_a_prompt_ends_and_never_exceed_it() -> None:
+    for pending in ([1, 2, 3, 4], [600, 700, 10], [512], [100, 100, 100, 100, 100], [900, 40, 700]):
         for room in (0, 1, 31, 128, 512):
             shares = prompt_shares(pending, room)
-            assert sum(shares) == min(room, sum(pending))
             assert all(0 <= share <= count for share, count in zip(shares, pending, strict=True))
+            ended = [share == count for share, count in zip(shares, pending, strict=True)]
+            assert sum(shares) <= room
+            if not any(ended):
+                assert sum(shares) == room
+            else:  # the one that ended is the only one past its floor
+                assert sum(share > 32 for share, done in zip(shares, ended, strict=True) if not done) == 0

@@ -13,6 +13,7 @@ from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.jobs import repository as jobs
 from app.jobs.lease import JobLease, LeaseLost
+from app.jobs.repository import ProgressStep
 from app.runtime import Runtime
 
 OWNER = "worker_same_process"
@@ -79,8 +80,36 @@ async def test_a_run_frozen_past_its_lease_writes_nothing_once_its_process_claim
                 await write(session)
     async with app_runtime.database.transaction() as session:
         assert not await frozen.hand_over(session, None)
+        assert not await frozen.hand_back(session, None)
     # The run that holds the job now goes on, and finishes it once.
     async with app_runtime.database.transaction() as session:
         assert await again.renew(session) is False
         await again.finish(session, {"status": "completed"})
     assert await _status(app_runtime, response_id) == "completed"
+
+
+async def test_a_preempted_run_gives_its_job_back_queued_with_its_progress_for_the_next_claim(
+    app_runtime: Runtime,
+) -> None:
+    response_id = await _queued_response(app_runtime)
+    preempted = JobLease(response_id, owner=OWNER, lease_s=5, keep_job=True)
+    async with app_runtime.database.transaction() as session:
+        assert await preempted.claim(session, keeps_events=True) is not None
+        assert await preempted.hand_back(session, ProgressStep(0, ["Hello", " there"], []))
+    async with app_runtime.database.read() as session:
+        row = await jobs.reload(session, response_id)
+    assert row is not None and (row.status, row.lease_owner, row.lease_expires_at) == ("queued", None, None)
+    # Not an expired lease: the reconciler leaves it to the queue that holds it.
+    async with app_runtime.database.read() as session:
+        assert await jobs.expired_leases(session, now=utc_now() + timedelta(hours=1), limit=10) == []
+    # Given back once: its writes are refused from now on.
+    async with app_runtime.database.transaction() as session:
+        assert not await preempted.hand_back(session, None)
+    with pytest.raises(LeaseLost):
+        async with app_runtime.database.transaction() as session:
+            await preempted.renew(session)
+    resumed = JobLease(response_id, owner=OWNER, lease_s=5, keep_job=True)
+    async with app_runtime.database.transaction() as session:
+        claim = await resumed.claim(session, keeps_events=True)
+    assert claim is not None and claim.progress is not None
+    assert (claim.progress.pieces, resumed.holder.attempt) == (["Hello", " there"], 2)

@@ -156,3 +156,93 @@ async def test_one_place_is_kept_for_interactive_jobs() -> None:
     await asyncio.gather(*tasks)
     assert started == ["a-bg0", "a-bg1", "b-int0", "b-int1", "a-bg2", "c-batch0", "a-bg3"]
     assert (room.running, room.running_deferrable, room.waiting) == (0, 0, 0)
+
+
+class Holders:
+    """Jobs holding places of `room` until released; records the preemptions asked for, and grants those in
+    `willing` (the jobs that can be preempted now)."""
+
+    def __init__(self, places: int, willing: set[str] | None = None) -> None:
+        self.asked: list[str] = []
+        self.willing = willing
+        self.room = WaitingRoom(places, self.preempt)
+        self.started: list[str] = []
+        self.release: dict[str, asyncio.Event] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def preempt(self, response_id: str) -> bool:
+        self.asked.append(response_id)
+        return self.willing is None or response_id in self.willing
+
+    async def hold(self, item: GenerationJob, resumed: bool = False) -> None:
+        self.release[item.response_id] = asyncio.Event()
+        async with self.room.place(item, resumed=resumed):
+            self.started.append(item.response_id)
+            await self.release[item.response_id].wait()
+
+    async def add(self, *items: GenerationJob, resumed: bool = False) -> None:
+        for item in items:
+            self.tasks.append(asyncio.create_task(self.hold(item, resumed)))
+            await asyncio.sleep(0)
+
+    async def end(self, name: str) -> None:
+        self.release[name].set()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        for event in self.release.values():
+            event.set()
+        await asyncio.gather(*self.tasks)
+        assert (self.room.running, self.room.running_deferrable, self.room.waiting) == (0, 0, 0)
+
+
+async def test_an_interactive_job_of_a_tenant_holding_no_place_preempts_the_youngest_job_of_the_greediest() -> None:
+    holders = Holders(places=4)
+    await holders.add(
+        job("c-bg0", "c", "background"), job("a-bg0", "a", "background"), job("a-bg1", "a", "batch"), job("a-int", "a")
+    )
+    assert holders.started == ["c-bg0", "a-bg0", "a-bg1", "a-int"]
+    await holders.add(job("b-int", "b"))
+    # Three tenants: a share of one place each. Alpha holds three: its youngest background or batch job goes.
+    assert holders.asked == ["a-bg1"]
+    # Its place is beta's job's at once (the engine starts it as soon as a-bg1's sequence stops).
+    assert holders.started[-1] == "b-int"
+    assert (holders.room.running, holders.room.running_deferrable, holders.room.waiting) == (4, 2, 0)
+    await holders.end("a-bg1")  # its run ends (it handed its job back): nothing more is freed
+    assert (holders.room.running, holders.room.waiting) == (4, 0)
+    await holders.add(job("b-int2", "b"))
+    assert holders.asked == ["a-bg1"]  # beta holds its share now: it waits for a place as any job does
+    await holders.close()
+
+
+async def test_a_job_that_cannot_give_its_place_back_is_passed_over() -> None:
+    holders = Holders(places=3, willing={"a-bg0"})
+    await holders.add(job("a-bg0", "a", "background"), job("a-bg1", "a", "background"), job("a-int", "a"))
+    await holders.add(job("b-int", "b"))
+    assert holders.asked == ["a-bg1", "a-bg0"]  # the youngest could not (a tool call, say): the next one goes
+    assert holders.started[-1] == "b-int"
+    await holders.add(job("c-int", "c"))
+    # Another tenant holding none: alpha still holds more than its share (one of three), but a-bg1 still cannot.
+    assert holders.asked == ["a-bg1", "a-bg0", "a-bg1"]
+    assert holders.room.waiting == 1
+    await holders.end("a-bg0")
+    assert holders.room.waiting == 1  # a-bg0's place went to b-int already
+    await holders.end("a-int")
+    assert holders.started[-1] == "c-int"
+    await holders.close()
+
+
+async def test_a_tenant_alone_never_preempts_its_own_jobs_and_a_resumed_job_goes_first_of_its_tenants() -> None:
+    holders = Holders(places=2)
+    await holders.add(job("a-bg0", "a", "background"), job("a-int0", "a"), job("a-bg1", "a", "background"))
+    await holders.add(job("a-int1", "a"))
+    assert holders.asked == []  # one tenant: its share is every place; its interactive jobs have the kept one
+    await holders.add(job("a-bg-resumed", "a", "background"), resumed=True)
+    await holders.end("a-int0")
+    assert holders.started[-1] == "a-int1"  # interactive first
+    await holders.end("a-bg0")
+    assert holders.started[-1] == "a-bg-resumed"  # before a-bg1, which came first
+    await holders.end("a-bg-resumed")
+    assert holders.started[-1] == "a-bg1"
+    await holders.close()
