@@ -174,7 +174,9 @@ class Reconciler:
             return False
         async with self.database.read() as session:
             resumable = _resumable(row, await jobs.progress_of(session, row.id))
-        if resumable and row.attempts < self.policy.max_attempts:
+        # A preempted run ended well (it handed its job back): only the runs that were lost count.
+        lost_runs = row.attempts - row.preemptions
+        if resumable and lost_runs < self.policy.max_attempts:
             assert row.job is not None
             async with self.database.transaction() as session:
                 released = await jobs.release_for_takeover(session, row.id, now=now)
@@ -183,7 +185,7 @@ class Reconciler:
                 # If this fails (the queue is down), the queued row is found by a later round's _requeue_lost.
                 await self.queue.requeue(GenerationJob.from_payload(row.job), row.lease_owner)
             return released
-        error = gave_up_error(row.attempts) if resumable else LOST_GENERATION_ERROR
+        error = gave_up_error(lost_runs) if resumable else LOST_GENERATION_ERROR
         await end_response(self.database, bus, row.id, status="failed", error=error)
         return False
 

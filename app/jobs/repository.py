@@ -242,7 +242,13 @@ async def hand_back(
     """A run preempted for another tenant's job gives its job back (while `holder` holds it), appending
     `progress`: the response reads `queued` again, its output so far kept, until a run claims it. Whether it was
     still held."""
-    values = {"status": "queued", "lease_owner": None, "lease_expires_at": None, "heartbeat_at": now}
+    values = {
+        "status": "queued",
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "heartbeat_at": now,
+        "preemptions": ResponseRow.preemptions + 1,
+    }
     if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
         return False
     await _append_progress(session, response_id, progress)

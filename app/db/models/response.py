@@ -49,6 +49,9 @@ class ResponseRow(Base):
     steer_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: How many times a worker claimed the job (the first run, then each takeover).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: Of those runs, how many were preempted (handed back for another tenant's job): they ended well, so only
+    #: the others count against RESPONSES_MAX_ATTEMPTS.
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now, onupdate=utc_now)
     completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
