@@ -102,10 +102,12 @@ async def stream_stored_response(
     return relay_events(runtime, response_id, subscription, RelayMode.REPLAY, after=after)
 
 
-async def list_responses(database: Database, tenant: str, filters: ResponseFilters, page: PageRequest) -> ResponseList:
-    """GET /v1/responses: a page of the caller's stored responses, newest first, filtered (in a read session)."""
+async def _page_rows(
+    database: Database, tenant: str, filters: ResponseFilters, page: PageRequest
+) -> tuple[list[ResponseRow], bool]:
+    """A page of the caller's stored responses, newest first, filtered (in a read session), and whether more follow."""
     async with database.read() as session:
-        rows, has_more = await page_after(
+        return await page_after(
             page,
             partial(repository.get_response, session, tenant=tenant),
             lambda after: repository.page_responses(
@@ -113,6 +115,11 @@ async def list_responses(database: Database, tenant: str, filters: ResponseFilte
             ),
             unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
         )
+
+
+async def list_responses(database: Database, tenant: str, filters: ResponseFilters, page: PageRequest) -> ResponseList:
+    """GET /v1/responses: a page of the caller's stored responses, newest first, filtered (in a read session)."""
+    rows, has_more = await _page_rows(database, tenant, filters, page)
     return cursor_page(ResponseList, [response_from_row(row) for row in rows], has_more)
 
 
@@ -121,15 +128,7 @@ async def list_responses_json(
 ) -> bytes:
     """list_responses as the JSON ResponseList dumps to, each finished response's from `cache` when it was built
     from the row just read (same updated_at): the page's rows are read as ever, only their building is saved."""
-    async with database.read() as session:
-        rows, has_more = await page_after(
-            page,
-            partial(repository.get_response, session, tenant=tenant),
-            lambda after: repository.page_responses(
-                session, tenant, filters, limit=page.limit, order=page.order, after=after
-            ),
-            unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
-        )
+    rows, has_more = await _page_rows(database, tenant, filters, page)
     ends = {"first_id": rows[0].id if rows else None, "last_id": rows[-1].id if rows else None, "has_more": has_more}
     return b"".join(
         (
