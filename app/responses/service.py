@@ -29,16 +29,16 @@ async def render_context(
 
 
 async def find_compared(
-    request: CreateResponseRequest, tenant: str, runtime: Runtime, connection: ConnectionChain | None
+    request: CreateResponseRequest, tenant: str, runtime: Runtime, kept: ConnectionChain | None
 ) -> Compared | None:
-    """The response prompt_cache_options.comparison_response_id names (None: none named): a WebSocket
-    connection's unstored last response, else a stored one of the tenant."""
+    """The response prompt_cache_options.comparison_response_id names (None: none named): an unstored response a
+    WebSocket connection keeps (`kept`), else a stored one of the tenant."""
     options = request.prompt_cache_options
     if options is None or options.comparison_response_id is None:
         return None
     wanted = options.comparison_response_id
-    if connection is not None and connection.response_id == wanted:
-        return Compared(True, connection.fingerprint)
+    if kept is not None and kept.response_id == wanted:
+        return Compared(True, kept.fingerprint)
     async with runtime.database.read() as session:
         found, payload = await repository.get_prompt_cache_fingerprint(session, wanted, tenant)
     return Compared(found, Fingerprint.from_payload(payload) if payload is not None else None)
@@ -50,17 +50,20 @@ async def prepare(
     runtime: Runtime,
     *,
     connection: ConnectionChain | None = None,
+    comparable: ConnectionChain | None = None,
     response_id: str | None = None,
     job_class: JobClass | None = None,
     generate: bool = True,
 ) -> PreparedResponse:
-    """Everything that can fail with a 400 happens here, before the response is stored. `response_id`: the id
+    """Everything that can fail with a 400 happens here, before the response is stored. `connection`: the
+    unstored response a WebSocket create continues; `comparable`: the one its prompt_cache_options compare with
+    (both kept by the connection). `response_id`: the id
     fixed beforehand (a batch line's, so that the line runs once); default: a new one. `job_class`: "batch" for a
     batch line (it waits behind every other job); default: by the request. `generate`: False for a warm-up (the
     prompt read into the model's cache, no output)."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
-    compared = await find_compared(request, tenant, runtime, connection)
+    compared = await find_compared(request, tenant, runtime, comparable)
     return await prepare_response(
         request,
         rendered,

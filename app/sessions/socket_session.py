@@ -414,11 +414,14 @@ class ResponsesSocketSession:
         self._remember(lane, prepared, final)
 
     async def _prepare(self, create: SocketCreate) -> PreparedResponse:
+        options = create.request.prompt_cache_options
         return await service.prepare(
             create.request,
             self.tenant,
             self.runtime,
             connection=self._lanes.kept(create.request.previous_response_id),
+            # The unstored response a prompt_cache_options.comparison_response_id names, whichever lane made it.
+            comparable=self._lanes.kept(options.comparison_response_id if options is not None else None),
             generate=create.generate,
         )
 

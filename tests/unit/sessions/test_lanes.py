@@ -100,3 +100,20 @@ def test_a_lane_branches_from_a_response_made_on_another(setup: Setup) -> None:
         for final in finals:
             create(socket, "main", input="and then", store=False, previous_response_id=final["id"])
             assert read(socket, 1)[-1]["response"]["previous_response_id"] == final["id"]
+
+
+def test_a_comparison_with_an_unstored_response_of_another_lane_finds_it_unchained(setup: Setup) -> None:
+    # prompt_cache_options.comparison_response_id names a `store: false` response the connection keeps: found
+    # whether or not the create also continues it, and whichever lane made it.
+    setup.runner.cached_tokens = 10_000  # the fake engine reports the whole prefix reused
+    with setup.client.websocket_connect("/v1/responses") as socket:
+        create(socket, "a", input="the rules", store=False, prompt_cache_options={"prewarm": True})
+        warm = read(socket, 1)[-1]["response"]
+        assert warm["status"] == "completed" and warm["output"] == []
+        compare = {"comparison_response_id": warm["id"]}
+        create(socket, "b", input="the rules", store=False, prompt_cache_options=compare)
+        unchained = read(socket, 1)[-1]["response"]
+        create(socket, "b", input="the rules", store=False, prompt_cache_options={"comparison_response_id": "resp_x"})
+        unknown = read(socket, 1)[-1]["response"]
+    assert unchained["prompt_cache_diagnostics"] == {"type": "cache_hit"}
+    assert unknown["prompt_cache_diagnostics"] == {"type": "comparison_response_not_found"}
