@@ -61,10 +61,10 @@ class ChatTokenizer:
         vocab = self._vocab._model.vocab
         self._bos = llama_cpp.llama_vocab_bos(vocab)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._token_text(llama_cpp.llama_vocab_eos(vocab)),
-            bos_token=self._token_text(self._bos),
+        eos_text, bos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab)), self._token_text(self._bos)
+        self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text)
+        self.generation_prompt_tokens = self._generation_prompt(
+            Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text, add_generation_prompt=False)
         )
 
     @classmethod
@@ -78,7 +78,19 @@ class ChatTokenizer:
 
     def render(self, messages: Sequence[ChatMessage], template_options: Mapping[str, Any] | None = None) -> list[int]:
         template_messages: list[Any] = [message.as_template_dict() for message in messages]
-        prompt = self._formatter(messages=template_messages, **(template_options or {})).prompt
+        return self._tokens(self._formatter(messages=template_messages, **(template_options or {})).prompt)
+
+    def _generation_prompt(self, without_it: Jinja2ChatFormatter) -> tuple[int, ...]:
+        """The tokens a render ends with after the last message: the template's opening of the assistant's turn,
+        read off a one-message conversation rendered with and without it (empty when the one does not begin with
+        the other). NOTE: read without template options; a template whose opening depends on them (a reasoning
+        switch) may end a prompt otherwise, and the callers check that a prompt ends with these tokens."""
+        messages: list[Any] = [{"role": "user", "content": "\u241eU\u241e"}]
+        opened = self._tokens(self._formatter(messages=messages).prompt)
+        closed = self._tokens(without_it(messages=messages).prompt)
+        return tuple(opened[len(closed) :]) if opened[: len(closed)] == closed else ()
+
+    def _tokens(self, prompt: str) -> list[int]:
         tokens = self._vocab.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
         if self._add_bos and self._bos >= 0 and (not tokens or tokens[0] != self._bos):
             tokens.insert(0, self._bos)

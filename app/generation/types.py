@@ -82,6 +82,11 @@ class PromptRenderer(Protocol):
     #: The chat template renders a `tools` list itself (else tools go into the system prompt, our way).
     supports_tools: bool
 
+    @property
+    def generation_prompt_tokens(self) -> tuple[int, ...]:
+        """The tokens the chat template ends a prompt with to open the assistant's turn (empty: unknown)."""
+        ...
+
     def render_within_context(
         self,
         system: ChatMessage | None,

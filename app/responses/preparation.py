@@ -121,9 +121,20 @@ async def _mcp_setup(
     return setup.to_payload()
 
 
-def _fingerprint(request: CreateResponseRequest, rendered: RenderedContext, params: ResponseParams) -> Fingerprint:
-    """The hashes a later request's prompt_cache_diagnostics compare against (app/prompt_cache/diagnosis.py)."""
+def _fingerprint(
+    request: CreateResponseRequest, rendered: RenderedContext, params: ResponseParams, *, warm_up: bool
+) -> Fingerprint:
+    """The hashes a later request's prompt_cache_diagnostics compare against (app/prompt_cache/diagnosis.py).
+
+    A warm-up's are those of its context without the template's opening of the assistant's turn that ends its
+    prompt: no answer follows that opening, so a turn chained on it goes on from the context before it (a user
+    turn opens there), and the same request sent again to generate ends with it again. Either prompt begins with
+    the context, and the engine reuses what it warmed of it."""
     context = rendered.context
+    prompt = rendered.prompt
+    opening = list(context.renderer.generation_prompt_tokens)
+    if warm_up and opening and prompt[-len(opening) :] == opening:
+        prompt = prompt[: -len(opening)]
     items = [
         *(item for turn in context.history for item in (*turn.input_items, *turn.output_items)),
         *context.items,
@@ -139,7 +150,7 @@ def _fingerprint(request: CreateResponseRequest, rendered: RenderedContext, para
         "service_tier": request.service_tier,
     }
     compactions = sum(1 for item in items if item.get("type") == "compaction")
-    return fingerprint_of(settings, rendered.prompt, compactions)
+    return fingerprint_of(settings, prompt, compactions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +222,7 @@ async def prepare_response(
     params = _params_of(request, settings, context)
     options = request.prompt_cache_options
     generate = generate and not (options is not None and options.prewarm)
-    fingerprint = _fingerprint(request, rendered, params)
+    fingerprint = _fingerprint(request, rendered, params, warm_up=not generate)
     comparison = (
         comparison_with(compared, fingerprint, rendered.prompt, KvReuse(settings.kv_reuse))
         if compared is not None

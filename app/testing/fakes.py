@@ -50,6 +50,12 @@ class FakeRenderer:
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
         self.grammars_build = True
         self.grammars: list[str] = []
+        #: Words every render ends with, as a chat template's opening of the assistant's turn (none by default).
+        self.generation_prompt = ""
+
+    @property
+    def generation_prompt_tokens(self) -> tuple[int, ...]:
+        return tuple(len(word) for word in self.generation_prompt.split())
 
     def tool_turn_markup(self) -> tuple[str, str]:
         return " end user ", " end assistant "
@@ -59,7 +65,8 @@ class FakeRenderer:
         return self.grammars_build
 
     def render(self, messages: Sequence[ChatMessage]) -> list[int]:
-        return [len(word) for message in messages for word in f"{message.role} {message.content}".split()]
+        words = [len(word) for message in messages for word in f"{message.role} {message.content}".split()]
+        return [*words, *self.generation_prompt_tokens]
 
     def render_within_context(
         self,

@@ -1,6 +1,6 @@
 """prompt_cache_options and prompt_cache_diagnostics on the real model: a prewarm then the same request is a hit,
-a chained turn is a hit, and each reason of a miss comes with a real KV state (the engine reused the shared
-system prompt, not the rest)."""
+so is a turn chained on a prewarm, so is a chained turn, and each reason of a miss comes with a real KV state (the
+engine reused the shared system prompt, not the rest)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,27 @@ def test_a_prewarm_then_the_same_request_is_a_hit(client: openai.OpenAI, model: 
     assert turn.prompt_cache_options is not None and turn.prompt_cache_options.comparison_response_id == warm.id
     # The same on a read.
     assert diagnostics(client.responses.retrieve(turn.id)) == {"type": "cache_hit"}
+
+
+def test_a_turn_chained_on_a_prewarm_is_a_hit(client: openai.OpenAI, model: str) -> None:
+    # The warm-up's prompt ends with the template's opening of an answer that never came; the chained turn goes on
+    # from the context before it, which the engine warmed.
+    instructions = "You keep a pantry (prewarm chain)."
+    warm = client.responses.create(
+        model=model, instructions=instructions, input=RULES, prompt_cache_options={"prewarm": True}
+    )
+    turn = client.responses.create(
+        model=model,
+        instructions=instructions,
+        input="Which rule is about the gate?",
+        previous_response_id=warm.id,
+        **SHORT,
+        **compared_with(warm),
+    )
+    assert diagnostics(turn) == {"type": "cache_hit"}
+    assert warm.usage is not None and turn.usage is not None
+    # All of the warmed context: its prompt but the closing "<|im_start|>assistant\n" (3 tokens).
+    assert turn.usage.input_tokens_details.cached_tokens >= warm.usage.input_tokens - 3
 
 
 def test_a_chained_turn_is_a_hit(client: openai.OpenAI, model: str) -> None:

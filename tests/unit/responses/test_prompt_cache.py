@@ -12,7 +12,7 @@ from openai.types.responses import Response
 from app.responses import repository
 from app.runtime import Runtime
 from app.tenants.identity import OPEN_TENANT
-from app.testing.fakes import FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
 from tests.protocol import assert_error
 
 FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
@@ -116,3 +116,24 @@ async def test_every_stored_response_keeps_a_fingerprint(client: httpx.AsyncClie
     assert found
     assert fingerprint is not None
     assert fingerprint["tokens"] == made["usage"]["input_tokens"]
+
+
+async def test_a_turn_chained_on_a_prewarm_is_compared_with_the_context_it_warmed(
+    client: httpx.AsyncClient, renderer: FakeRenderer, runner: FakeRunner
+) -> None:
+    # As a chat template does, the fake renderer ends every prompt with the opening of the assistant's turn; a
+    # warm-up has no answer after it, so the turn chained on it continues the context before that opening.
+    renderer.generation_prompt = "assistant says:"
+    warm = await create(client, prompt_cache_options={"prewarm": True})
+    warmed = runner.jobs[-1].prompt_tokens
+    runner.cached_tokens = 1000
+    compare = {"prompt_cache_options": {"comparison_response_id": warm["id"]}}
+    chained = await create(client, input="and tomorrow?", previous_response_id=warm["id"], **compare)
+    assert runner.jobs[-1].prompt_tokens[: len(warmed) - 2] == warmed[:-2]
+    assert chained["prompt_cache_diagnostics"] == {"type": "cache_hit"}
+    # The same request again, with its generation: the warmed context with the same opening after it.
+    assert (await create(client, **compare))["prompt_cache_diagnostics"] == {"type": "cache_hit"}
+    # What a hit needs, the engine must have reused: here only the first token.
+    runner.cached_tokens = 1
+    unused = await create(client, input="and tomorrow?", previous_response_id=warm["id"], **compare)
+    assert unused["prompt_cache_diagnostics"] == {"type": "unavailable"}

@@ -1,0 +1,29 @@
+"""The chat tokenizer on the shipped model's vocabulary: the opening of the assistant's turn it reads off the chat
+template (what a warm-up's prompt-cache fingerprint leaves out), and none for a template that writes none."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import Settings
+from app.generation.prompt import ChatMessage
+from app.generation.tokenizer import ChatTokenizer
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_opening_of_the_assistant_turn_ends_every_render() -> None:
+    tokenizer = ChatTokenizer(Settings(_env_file=None).resolved_model_path, n_ctx=512)
+    opening = list(tokenizer.generation_prompt_tokens)
+    assert tokenizer.count("<|im_start|>assistant\n") == len(opening)
+    for conversation in (
+        [ChatMessage("user", "Hi")],
+        [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi"), ChatMessage("assistant", "Hello.")],
+    ):
+        assert tokenizer.render(conversation)[-len(opening) :] == opening
+
+
+def test_a_template_without_an_opening_has_none() -> None:
+    template = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    tokenizer = ChatTokenizer(Settings(_env_file=None).resolved_model_path, n_ctx=512, chat_template=template)
+    assert tokenizer.generation_prompt_tokens == ()
