@@ -58,10 +58,25 @@ PROTOCOL_TESTS = (
     "websocket-failed-continuation-evicts-cache",
 )
 #: What only the model decides, and so may fail: whether a free answer ends before the output cap (the suite
-#: expects `completed`; at temperature 0 the 135M model counts "from 1 to 3" on past 64 tokens, and a cut answer is
-#: truthfully `incomplete`), and whether it chooses to call the offered tool (tool_choice "auto"; it does not).
-#: With the shipped model, 13 of the 16 pass: those three (websocket-response, websocket-sequential-responses,
-#: tool-calling) are the model's.
+#: expects `completed`), and whether it chooses to call the offered tool (tool_choice "auto"). With the shipped
+#: model, 13 or 14 of the 16 pass; the others are the model's, on the prompt its own chat template renders (the
+#: same 38 tokens llama-server renders with --jinja, default system prompt included):
+#: - websocket-response: to "Count from 1 to 3." at temperature 0 it writes "1. 1. 1. 1. 2. 2. 3. 3. 4. 4. 5. 5.
+#:   6. 6. ..." and counts on (past 320 after 1,500 tokens), so the answer is truthfully `incomplete` at the cap;
+#:   llama-server's /v1/chat/completions writes "1. 1. 1. 1. ..." for all of its 400 tokens.
+#: - streaming-response, on some runs: to "Count from 1 to 5." it writes "1. 1\n2. 2\n3. 3\n4. 4\n5. 5\n\nThis is a
+#:   classic example of a mathematical sequence where each term is obtained by adding a fixed constant to the
+#:   previous term. In this case, the sequence is 1, 2, 4, 8, 16, ..." and goes on with larger numbers (1,500 tokens
+#:   read cold here, 400 on llama-server); it ends on its own only on some runs, when the HTTP tests' prompts are
+#:   read in one batch (at temperature 0, llama.cpp's rounding in a batch of another shape can change the path).
+#: - tool-calling: to "What's the weather like in San Francisco?" it answers "The weather in San Francisco is
+#:   generally described as sunny, with a high of 82°F (28°C) ..." and ends (66 tokens). Offered the tool as
+#:   SmolLM2's tool-calling prompt does ("You are an expert in composing functions. ..." with the tools in
+#:   `<tools>[...]</tools>`, calls as `<tool_call>[...]</tool_call>`), it answers 'The weather in San Francisco is
+#:   described as "San Francisco is a city with a unique blend of culture and technology."' instead: the first
+#:   token of a call ("<") has p = 0.009 there (0.002 with ours), against 0.22 for "The". The 135M model was not
+#:   trained to call tools; `<tool_call>` is not even a token of its vocabulary. llama-server, offered the tool,
+#:   answers in text too ("San Francisco is a city known for its vibrant culture ...", 140 tokens).
 MODEL_VERDICTS = (
     re.compile(r'(Turn \d+: )?Expected status "completed" but got "incomplete"'),
     re.compile(r'Expected output item of type "function_call" but none found'),
@@ -71,9 +86,12 @@ RUN_TIMEOUT_S = 300
 
 #: The servers the suite runs against: the shipped model, capped and greedy.
 SUITE_ENV = {
-    # The suite sends no max_output_tokens: capped, a rambling answer ends in seconds, not at the context's end;
-    # 64 lets the model end "Count from 1 to 5." on its own (at 32 it was cut, and the suite wants `completed`).
-    "RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS": "64",
+    # The suite sends no max_output_tokens: capped, a rambling answer ends in seconds, not at the context's end.
+    # 128 lets the model end on its own where it does end: "Reply with exactly: first" takes it 65 tokens read
+    # cold (64 cut it, and websocket-sequential-responses wants `completed`; llama-server's answers to it and to
+    # "...: second" end at 80 and 86 tokens); a WebSocket turn that runs to the cap took 4-6 s on the 2-core
+    # machine at a load average of 11-13, within the suite's 30 s.
+    "RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS": "128",
     "RESPONSES_DEFAULT_TEMPERATURE": "0",
     "RESPONSES_COMPACTION_MAX_OUTPUT_TOKENS": "48",
     # One llama.cpp thread: two on two cores contend with node and the test runner in their spin-waits, and a
