@@ -179,26 +179,3 @@ class ChatTokenizer:
             if fitting is not None and guess >= fitting:
                 guess = fitting - 1  # the estimate says no more fit: check the one before
             start = guess if too_long < guess <= upper else (too_long + upper + 1) // 2
-        # NOTE: rendered once, then counted: each message's own tokens (plus its share of the template's) say how
-        # many of the oldest to drop, and the rest is rendered once more to check (more are dropped only when the
-        # count fell short), then once with one message back, since the estimate may drop one too many.
-        # Rendering again for every dropped message cost ~40 s of CPU for 100 x 10 KB (bench/prompt_work.py).
-        sizes = [self.count(message.content) for message in conversation]
-        head_size = self.count(system.content) if system else 0
-        template_share = max(0, len(tokens) - sum(sizes) - head_size) // (len(conversation) + 1)
-        budget = self.n_ctx - MIN_OUTPUT_TOKENS
-        start = 0
-        while start < len(conversation) - 1:
-            excess, dropped = len(tokens) - budget, 0
-            while start < len(conversation) - 1 and (dropped < excess or dropped == 0):
-                dropped += sizes[start] + template_share
-                start += 1
-            tokens = self.render([*head, *conversation[start:]], template_options)
-            if self.fits(len(tokens)):
-                while start > 0:
-                    longer = self.render([*head, *conversation[start - 1 :]], template_options)
-                    if not self.fits(len(longer)):
-                        break
-                    start, tokens = start - 1, longer
-                return tokens
-        raise ContextTooLong(len(tokens), self.n_ctx)
