@@ -242,6 +242,19 @@ async def page_responses(
     return await page_by_creation(session, ResponseRow, query, limit=limit, order=order, after=after)
 
 
+UNFILTERED = ResponseFilters()
+_VERSION_COLUMNS = (ResponseRow.id, ResponseRow.updated_at, ResponseRow.status)
+#: The unfiltered first page of versions (the list as clients poll it) in either order, built once: building the
+#: expression was about a tenth of a cached list's CPU time (SQLAlchemy caches the compiled form, not the
+#: expression).
+_FIRST_PAGE_VERSIONS = {
+    order: in_creation_order(
+        ResponseRow, select(*_VERSION_COLUMNS).where(ResponseRow.tenant == bindparam("tenant")), order=order, after=None
+    ).limit(bindparam("limit"))
+    for order in ("asc", "desc")
+}
+
+
 async def page_response_versions(
     session: AsyncSession,
     tenant: str,
@@ -254,9 +267,11 @@ async def page_response_versions(
     """page_responses' page as each row's id, updated_at and status alone (a Core read on the session's
     connection, no ORM object): enough to answer the rows whose JSON is cached, and to read the others."""
     connection = await session.connection()
-    query = _filtered(
-        select(ResponseRow.id, ResponseRow.updated_at, ResponseRow.status), tenant, filters, connection.dialect.name
-    )
+    if after is None and filters == UNFILTERED:
+        parameters = {"tenant": tenant, "limit": limit + 1}
+        rows = [ResponseVersion(*row) for row in await connection.execute(_FIRST_PAGE_VERSIONS[order], parameters)]
+        return rows[:limit], len(rows) > limit
+    query = _filtered(select(*_VERSION_COLUMNS), tenant, filters, connection.dialect.name)
     query = in_creation_order(ResponseRow, query, order=order, after=after)
     rows = [ResponseVersion(*row) for row in await connection.execute(query.limit(limit + 1))]
     return rows[:limit], len(rows) > limit
