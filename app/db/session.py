@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Dialect, ExceptionContext
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from app.observability.metrics import DATABASE_ERRORS
@@ -118,6 +118,12 @@ class Database:
     def read(self) -> AsyncSession:
         """A session for reads only (`async with database.read() as session`): no BEGIN, no COMMIT."""
         return self.read_sessionmaker()
+
+    def read_connection(self) -> AsyncConnection:
+        """A connection for a Core read (`async with database.read_connection() as connection`), as read() but
+        with no ORM session around it: the cached GET's one-column check, run on every read."""
+        engine: AsyncEngine = self.read_sessionmaker.kw["bind"]
+        return engine.connect()
 
     async def dispose(self) -> None:
         await self.engine.dispose()

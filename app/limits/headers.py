@@ -21,10 +21,12 @@ API_PREFIX = "/v1/"
 
 @dataclass(eq=False, slots=True)
 class RequestLimits:
-    """One HTTP request's rate-limit state: the last verdict its checks reached, or how to look its tenant up."""
+    """One HTTP request's rate-limit state: the last verdict its checks reached, or how to look its tenant up, and
+    what gives back the in-flight slot it holds once its response has been sent in full."""
 
     verdict: Verdict | None = None
     peek: Callable[[], Awaitable[Verdict]] | None = None
+    release: Callable[[], None] | None = None
 
 
 _current: ContextVar[RequestLimits | None] = ContextVar("request_limits", default=None)
@@ -38,7 +40,8 @@ def current_request() -> RequestLimits | None:
 class RateLimitHeaders:
     """ASGI middleware: each /v1 HTTP response (an error's and a stream's included) carries the headers of the limits
     that are on. A read that nothing charged looks its tenant's buckets up when its response starts; if that fails
-    (Redis down) the headers are left out rather than the response failed."""
+    (Redis down) the headers are left out rather than the response failed. The in-flight slot a request took
+    (`release_when_sent`) is given back once the app has answered in full, its last byte sent."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -69,3 +72,5 @@ class RateLimitHeaders:
             await self.app(scope, receive, send_with_headers)
         finally:
             _current.reset(token)
+            if state.release is not None:
+                state.release()

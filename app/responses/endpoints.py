@@ -9,7 +9,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import IncludesDep, RuntimeDep, TenantDep, WorkingTenantDep
+from app.api.deps import (
+    CallerDep,
+    IncludeBracketsQuery,
+    IncludeQuery,
+    IncludesDep,
+    RuntimeDep,
+    TenantDep,
+    WorkingTenantDep,
+    includes_of,
+)
 from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
@@ -95,8 +104,7 @@ def _metadata_filters(request: Request) -> dict[str, str]:
 )
 async def get_responses(
     request: Request,
-    runtime: RuntimeDep,
-    tenant: TenantDep,
+    caller: CallerDep,
     page: PageDep,
     status: ResponseStatus | None = None,
     model: str | None = None,
@@ -113,7 +121,8 @@ async def get_responses(
         created_before=created_before,
     )
     # Returned as the model, FastAPI validated the whole page again; each finished response's JSON is cached.
-    body = await reads.list_responses_json(runtime.database, runtime.read_cache, tenant, filters, page)
+    runtime = caller.runtime
+    body = await reads.list_responses_json(runtime.database, runtime.read_cache, caller.tenant, filters, page)
     return Response(body, media_type="application/json")
 
 
@@ -135,16 +144,20 @@ async def create_response(request: Request, runtime: RuntimeDep, tenant: Working
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
 
 
+# NOTE: the hot read: one dependency (the caller) and its query parameters read by FastAPI as the route's own;
+# the parameters' order is the OpenAPI document's (path, stream, starting_after, include, include[]).
 @router.get("/responses/{response_id}", response_model=None, responses={**RESPONSE_OR_EVENTS, **errors(404)})
 async def get_response(
     response_id: str,
-    runtime: RuntimeDep,
-    tenant: TenantDep,
-    includes: IncludesDep,
+    caller: CallerDep,
     stream: bool = False,
     # Sequence numbers are 32-bit integers in every database; a larger cursor is a 400, checked before the 200.
     starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SEQUENCE_NUMBER)] = None,
+    include: IncludeQuery = None,
+    include_brackets: IncludeBracketsQuery = None,
 ) -> Response:
+    runtime, tenant = caller.runtime, caller.tenant
+    includes = includes_of(include, include_brackets)
     if stream:
         return EventStreamResponse(await reads.stream_stored_response(runtime, response_id, tenant, starting_after))
     # One pydantic dump to JSON (FastAPI's generic encoder took twice as long), or none: a finished response's

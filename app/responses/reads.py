@@ -49,17 +49,19 @@ async def read_response_json(
     includes: frozenset[str] = frozenset(),
 ) -> bytes:
     """GET a response as JSON: from `cache` while the stored row's updated_at is the one it was built from (a
-    one-column query), else built from the row (and kept when the response has ended: one still running changes
-    at every step). Either way one read session, and a row deleted or changed on any node is never served stale."""
+    one-column Core query on a bare connection), else built from the row (and kept when the response has ended: one
+    still running changes at every step). Either way no transaction, and a row deleted or changed on any node is
+    never served stale."""
     cached = cache.get(tenant, response_id, includes)
+    if cached is not None:
+        async with database.read_connection() as connection:
+            version = await repository.get_response_version(connection, response_id, tenant)
+        if version == cached.version:
+            return cached.body
+        cache.discard(tenant, response_id, includes)
+        if version is None:
+            raise response_not_found(response_id)
     async with database.read() as session:
-        if cached is not None:
-            version = await repository.get_response_version(session, response_id, tenant)
-            if version == cached.version:
-                return cached.body
-            cache.discard(tenant, response_id, includes)
-            if version is None:
-                raise response_not_found(response_id)
         row = await repository.get_response(session, response_id, tenant)
     if row is None:
         raise response_not_found(response_id)
@@ -126,14 +128,33 @@ async def list_responses(database: Database, tenant: str, filters: ResponseFilte
 async def list_responses_json(
     database: Database, cache: ResponseJsonCache, tenant: str, filters: ResponseFilters, page: PageRequest
 ) -> bytes:
-    """list_responses as the JSON ResponseList dumps to, each finished response's from `cache` when it was built
-    from the row just read (same updated_at): the page's rows are read as ever, only their building is saved."""
-    rows, has_more = await _page_rows(database, tenant, filters, page)
-    ends = {"first_id": rows[0].id if rows else None, "last_id": rows[-1].id if rows else None, "has_more": has_more}
+    """list_responses as the JSON ResponseList dumps to. The page is read as each row's id, updated_at and status
+    first; a finished response whose JSON is cached from that very updated_at is answered from `cache`, and only
+    the others' rows are read in full (a second query, none when every row was cached)."""
+    async with database.read() as session:
+        versions, has_more = await page_after(
+            page,
+            partial(repository.get_response, session, tenant=tenant),
+            lambda after: repository.page_response_versions(
+                session, tenant, filters, limit=page.limit, order=page.order, after=after
+            ),
+            unknown_after=lambda after: f"Invalid 'after': no response '{after}'.",
+        )
+        answers: dict[str, bytes] = {}
+        for version in versions:
+            cached = cache.get(tenant, version.id, NO_INCLUDES)
+            if cached is not None and cached.version == version.updated_at:
+                answers[version.id] = cached.body
+        unread = [version.id for version in versions if version.id not in answers]
+        rows = await repository.get_responses(session, tenant, unread) if unread else []
+    answers.update((row.id, _row_json(cache, tenant, row)) for row in rows)
+    # A row deleted between the two reads is left out, as it would be from a page read a moment later.
+    ids = [version.id for version in versions if version.id in answers]
+    ends = {"first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None, "has_more": has_more}
     return b"".join(
         (
             b'{"object":"list","data":[',
-            b",".join(_row_json(cache, tenant, row) for row in rows),
+            b",".join(answers[response_id] for response_id in ids),
             b"],",
             json.dumps(ends, separators=(",", ":"), ensure_ascii=False)[1:].encode(),
         )

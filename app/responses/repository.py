@@ -3,9 +3,9 @@ filtered, a page at a time by (created_at, id)), delete, events read back, and r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -18,14 +18,24 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.db.models import InputItemRow, ResponseEventRow, ResponseRow
-from app.db.paging import page_by_creation
+from app.db.paging import Query, in_creation_order, page_by_creation
 from app.responses.schemas import ResponseFilters
 
 MAX_CHAIN_DEPTH = 10_000
+
+
+class ResponseVersion(NamedTuple):
+    """A stored response's id, the updated_at its cached JSON is checked against, and its status."""
+
+    id: str
+    updated_at: datetime
+    status: str
+
+
 #: One tenant's response by id, built once: building the expression took longer than running it (SQLAlchemy
 #: caches the compiled form, not the expression).
 _RESPONSE_OF_TENANT = select(ResponseRow).where(
@@ -63,9 +73,9 @@ async def get_response(session: AsyncSession, response_id: str, tenant: str) -> 
     return result.scalar_one_or_none()
 
 
-async def get_response_version(session: AsyncSession, response_id: str, tenant: str) -> datetime | None:
-    """The tenant's response's updated_at (None: it has none of that id)."""
-    result = await session.execute(_VERSION_OF_TENANT, {"response_id": response_id, "tenant": tenant})
+async def get_response_version(connection: AsyncConnection, response_id: str, tenant: str) -> datetime | None:
+    """The tenant's response's updated_at (None: it has none of that id), as a Core read on `connection`."""
+    result = await connection.execute(_VERSION_OF_TENANT, {"response_id": response_id, "tenant": tenant})
     return result.scalar_one_or_none()
 
 
@@ -199,6 +209,24 @@ def _metadata_matches(dialect: str, key: str, value: str) -> ColumnElement[bool]
     return exists(member)
 
 
+def _filtered(query: Query, tenant: str, filters: ResponseFilters, dialect: str) -> Query:
+    """`query` narrowed to the tenant's responses that match `filters`."""
+    query = query.where(ResponseRow.tenant == tenant)
+    if filters.status is not None:
+        query = query.where(ResponseRow.status == filters.status)
+    if filters.model is not None:
+        query = query.where(ResponseRow.model == filters.model)
+    if filters.previous_response_id is not None:
+        query = query.where(ResponseRow.previous_response_id == filters.previous_response_id)
+    for key, value in filters.metadata.items():
+        query = query.where(_metadata_matches(dialect, key, value))
+    if filters.created_after is not None:
+        query = query.where(ResponseRow.created_at >= _moment(filters.created_after))
+    if filters.created_before is not None:
+        query = query.where(ResponseRow.created_at < _moment(filters.created_before))
+    return query
+
+
 async def page_responses(
     session: AsyncSession,
     tenant: str,
@@ -210,18 +238,46 @@ async def page_responses(
 ) -> tuple[list[ResponseRow], bool]:
     """One page of the tenant's responses matching `filters`, in `order` of creation, after the `after` row, and
     whether more follow."""
-    query = select(ResponseRow).where(ResponseRow.tenant == tenant)
-    if filters.status is not None:
-        query = query.where(ResponseRow.status == filters.status)
-    if filters.model is not None:
-        query = query.where(ResponseRow.model == filters.model)
-    if filters.previous_response_id is not None:
-        query = query.where(ResponseRow.previous_response_id == filters.previous_response_id)
-    dialect = session.get_bind().dialect.name
-    for key, value in filters.metadata.items():
-        query = query.where(_metadata_matches(dialect, key, value))
-    if filters.created_after is not None:
-        query = query.where(ResponseRow.created_at >= _moment(filters.created_after))
-    if filters.created_before is not None:
-        query = query.where(ResponseRow.created_at < _moment(filters.created_before))
+    query = _filtered(select(ResponseRow), tenant, filters, session.get_bind().dialect.name)
     return await page_by_creation(session, ResponseRow, query, limit=limit, order=order, after=after)
+
+
+UNFILTERED = ResponseFilters()
+_VERSION_COLUMNS = (ResponseRow.id, ResponseRow.updated_at, ResponseRow.status)
+#: The unfiltered first page of versions (the list as clients poll it) in either order, built once: building the
+#: expression was about a tenth of a cached list's CPU time (SQLAlchemy caches the compiled form, not the
+#: expression).
+_FIRST_PAGE_VERSIONS = {
+    order: in_creation_order(
+        ResponseRow, select(*_VERSION_COLUMNS).where(ResponseRow.tenant == bindparam("tenant")), order=order, after=None
+    ).limit(bindparam("limit"))
+    for order in ("asc", "desc")
+}
+
+
+async def page_response_versions(
+    session: AsyncSession,
+    tenant: str,
+    filters: ResponseFilters,
+    *,
+    limit: int,
+    order: Literal["asc", "desc"],
+    after: ResponseRow | None,
+) -> tuple[list[ResponseVersion], bool]:
+    """page_responses' page as each row's id, updated_at and status alone (a Core read on the session's
+    connection, no ORM object): enough to answer the rows whose JSON is cached, and to read the others."""
+    connection = await session.connection()
+    if after is None and filters == UNFILTERED:
+        parameters = {"tenant": tenant, "limit": limit + 1}
+        rows = [ResponseVersion(*row) for row in await connection.execute(_FIRST_PAGE_VERSIONS[order], parameters)]
+        return rows[:limit], len(rows) > limit
+    query = _filtered(select(*_VERSION_COLUMNS), tenant, filters, connection.dialect.name)
+    query = in_creation_order(ResponseRow, query, order=order, after=after)
+    rows = [ResponseVersion(*row) for row in await connection.execute(query.limit(limit + 1))]
+    return rows[:limit], len(rows) > limit
+
+
+async def get_responses(session: AsyncSession, tenant: str, response_ids: Collection[str]) -> list[ResponseRow]:
+    """The tenant's responses of these ids that exist, in no particular order."""
+    query = select(ResponseRow).where(ResponseRow.tenant == tenant, ResponseRow.id.in_(response_ids))
+    return list((await session.execute(query)).scalars())

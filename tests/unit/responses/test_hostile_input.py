@@ -229,6 +229,31 @@ async def test_one_request_too_many_in_flight_is_a_429_with_retry_after(
     assert (await client.get("/v1/models")).status_code == 200
 
 
+@pytest.mark.settings(max_concurrent_requests_per_tenant=1)
+async def test_the_reads_hold_a_slot_too_and_give_it_back(
+    client: httpx.AsyncClient, runner: FakeRunner, app_runtime: Runtime
+) -> None:
+    """GET a response and the list take their slot in one dependency with no `yield` (the headers' middleware gives
+    it back): refused while another request holds the only one, and given back after a 200, a 404 and a 400."""
+    import asyncio
+
+    done = await client.post("/v1/responses", json={"input": "first"})
+    started = len(runner.jobs)
+    runner.delay_s = 0.05
+    first = asyncio.create_task(client.post("/v1/responses", json={"input": "slow"}))
+    while len(runner.jobs) == started:
+        await asyncio.sleep(0.01)
+    for path in (f"/v1/responses/{done.json()['id']}", "/v1/responses"):
+        assert_error(await client.get(path), 429, param=None, code="rate_limit_exceeded")
+    assert (await first).status_code == 200
+    assert app_runtime.slots.in_flight("public") == 0
+    assert (await client.get(f"/v1/responses/{done.json()['id']}")).status_code == 200
+    assert (await client.get("/v1/responses/resp_missing")).status_code == 404
+    assert (await client.get("/v1/responses", params={"limit": 0})).status_code == 400
+    assert (await client.get("/v1/responses")).status_code == 200
+    assert app_runtime.slots.in_flight("public") == 0
+
+
 SCHEMA_FORMAT = {"type": "json_schema", "name": "t", "schema": {"type": "string", "maxLength": 30000}}
 
 

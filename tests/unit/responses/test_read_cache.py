@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import delete, update
+from sqlalchemy import delete, event, update
 
 from app.config import Settings
 from app.db.models import ResponseRow
@@ -161,3 +161,36 @@ async def test_the_list_is_the_page_dumped_whole_cached_or_not(client: httpx.Asy
     changed = await client.get("/v1/responses", params={"limit": 2})
     assert changed.json()["data"][0]["status"] == "failed"
     assert changed.content == await whole_page()
+
+
+async def test_a_cached_read_asks_the_database_only_for_versions(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """A cached GET is one one-column query; a page whose rows are all kept is one query of their versions, and
+    a row changed behind the cache is the only one read again in full."""
+    ids = [await created(client) for _ in range(3)]
+    for response_id in ids:
+        assert (await client.get(f"/v1/responses/{response_id}")).status_code == 200
+    statements: list[tuple[str, object]] = []
+
+    def record(_connection: object, _cursor: object, statement: str, parameters: object, *_: object) -> None:
+        statements.append((statement, parameters))
+
+    engine = app_runtime.database.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert (await client.get(f"/v1/responses/{ids[0]}")).status_code == 200
+        assert len(statements) == 1 and "responses.output" not in statements[0][0]
+        statements.clear()
+        warm = await client.get("/v1/responses")
+        assert [entry["id"] for entry in warm.json()["data"]] == ids[::-1]
+        assert len(statements) == 1 and "responses.output" not in statements[0][0]
+        async with app_runtime.database.transaction() as session:
+            await session.execute(update(ResponseRow).where(ResponseRow.id == ids[1]).values(status="failed"))
+        statements.clear()
+        changed = await client.get("/v1/responses")
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert [entry["status"] for entry in changed.json()["data"]] == ["completed", "failed", "completed"]
+    assert len(statements) == 2 and "responses.output" in statements[1][0]
+    assert ids[1] in str(statements[1][1]) and ids[0] not in str(statements[1][1])
