@@ -7,17 +7,23 @@ client streams from it. With no decode in the way, every figure is our own cost:
   - server CPU per streamed token (µs; CPU time of the whole server process, so a busy machine disturbs it less
     than wall time), on the stored path (store omitted) and on `store: false`;
   - time to first token (ms): request sent -> first text delta received, the engine emitting at once;
-  - the ceiling: tokens/s of one stream when the engine emits as fast as it can (`--interval-ms 0`).
+  - the ceiling: tokens/s of one stream when the engine emits as fast as it can (`--interval-ms 0`);
+  - with `--calls`, Python function calls per token on the event loop (cProfile, switched on in the server by a
+    signal for extra streams after the timed ones): a count, not a time, so another process's load does not move
+    it; what a change to the per-token path saves shows here even when the CPU figures drown in noise.
 
-    .venv/bin/python -m bench.stream_overhead [--tokens 512] [--runs 5] [--interval-ms 5] [--json PATH]
+    .venv/bin/python -m bench.stream_overhead [--tokens 512] [--runs 5] [--interval-ms 5] [--calls] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,7 +82,17 @@ class ScriptedEngine:
             request.emit(Finish(reason, len(request.prompt), 0, produced))
 
 
-def serve(port: int, database_url: str, interval_s: float) -> None:
+def serve(port: int, database_url: str, interval_s: float, calls: Path | None) -> None:
+    if calls is not None:  # SIGUSR1 starts counting the event loop's calls, SIGUSR2 writes them to `calls`
+        profiler = cProfile.Profile()
+
+        def stop(*_: object) -> None:
+            profiler.disable()
+            profiler.dump_stats(calls)
+            profiler.clear()
+
+        signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+        signal.signal(signal.SIGUSR2, stop)
     settings = Settings(database_url=database_url, model_id="scripted", _env_file=None)
     factory = fake_generation(FakeRenderer(n_ctx=100_000), LocalRunner(ScriptedEngine(interval_s)))  # type: ignore[arg-type]
     uvicorn.run(create_app(settings, factory), host="127.0.0.1", port=port, log_level="warning")
@@ -113,7 +129,9 @@ def stream(client: httpx.Client, tokens: int, *, store: bool) -> tuple[float, fl
     return first - started, last - first, deltas
 
 
-def measure(base_url: str, pid: int, tokens: int, runs: int, *, store: bool) -> dict[str, float]:
+def measure(
+    base_url: str, pid: int, tokens: int, runs: int, *, store: bool, calls: Path | None = None
+) -> dict[str, float]:
     with httpx.Client(base_url=base_url, timeout=120) as client:
         stream(client, 16, store=store)  # warm-up
         before = cpu_ns(pid)
@@ -121,13 +139,33 @@ def measure(base_url: str, pid: int, tokens: int, runs: int, *, store: bool) -> 
         after = cpu_ns(pid)
         # Time to first token on short responses, apart: a long stream's tail would not delay it anyway.
         ttfts = [stream(client, 16, store=store)[0] for _ in range(runs * 2)]
+        counted = count_calls(client, pid, tokens, runs, store=store, calls=calls) if calls else None
     produced = sum(deltas for _, _, deltas in timings)
-    return {
+    results = {
         "server_cpu_us_per_token": round((after[0] - before[0]) / produced / 1e3, 1),
         "loop_cpu_us_per_token": round((after[1] - before[1]) / produced / 1e3, 1),
         "ttft_ms": round(statistics.median(ttfts) * 1000, 2),
         "tokens_per_s": round(statistics.median((deltas - 1) / span for _, span, deltas in timings), 1),
     }
+    if counted is not None:
+        results["loop_python_calls_per_token"] = counted
+    return results
+
+
+def count_calls(client: httpx.Client, pid: int, tokens: int, runs: int, *, store: bool, calls: Path) -> float:
+    """Python calls per streamed token on the server's event loop, over `runs` more streams (whole requests:
+    their first and last events are in it, a 512-token stream's share of them is small)."""
+    calls.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(0.2)  # the loop runs the handler when it wakes
+    produced = sum(stream(client, tokens, store=store)[2] for _ in range(runs))
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while not calls.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)  # written whole
+    total: int = pstats.Stats(str(calls)).total_calls  # type: ignore[attr-defined]
+    return round(total / produced, 1)
 
 
 def main() -> None:
@@ -136,12 +174,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--interval-ms", type=float, default=5.0, help="between pieces (0: as fast as it can)")
     parser.add_argument("--flood", action="store_true", help="also as fast as the engine can emit")
+    parser.add_argument("--calls", action="store_true", help="also Python calls per token on the event loop")
+    parser.add_argument("--calls-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.database_url, args.interval_ms / 1000)
+        serve(args.serve, args.database_url, args.interval_ms / 1000, args.calls_file)
         return
     results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"}
     with tempfile.TemporaryDirectory() as name:
@@ -151,6 +191,8 @@ def main() -> None:
             port = free_port()
             command = [sys.executable, "-m", "bench.stream_overhead", "--serve", str(port)]
             command += ["--interval-ms", str(interval_ms), "--database-url", database_url]
+            calls = directory / "calls.prof" if args.calls else None
+            command += ["--calls-file", str(calls)] if calls else []
             with (directory / "server.log").open("ab") as log:
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             try:
@@ -159,7 +201,7 @@ def main() -> None:
                     raise RuntimeError((directory / "server.log").read_text()[-3000:])
                 results[f"interval_{interval_ms:g}ms"] = {
                     ("stored" if store else "store_false"): measure(
-                        base_url, process.pid, args.tokens, args.runs, store=store
+                        base_url, process.pid, args.tokens, args.runs, store=store, calls=calls
                     )
                     for store in (True, False)
                 }

@@ -156,6 +156,7 @@ class LlamaEngine:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, 1)
         self._piece = (ctypes.c_char * _PIECE_BUFFER)()
+        self._pieces: dict[int, bytes] = {}  # each token's bytes, made once: _token_bytes is on every token's path
         self._slots = [_Slot(seq_id) for seq_id in range(slots)]
         self._cache = prefix_cache
         self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
@@ -424,8 +425,11 @@ class LlamaEngine:
         return row.astype(np.float64)
 
     def _token_bytes(self, token: int) -> bytes:
-        length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
-        return self._piece.raw[: max(length, 0)]
+        piece = self._pieces.get(token)
+        if piece is None:
+            length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, False)
+            piece = self._pieces[token] = self._piece.raw[: max(length, 0)]
+        return piece
 
     def _advance(self, slot: _Slot, token: int, logits: np.ndarray | None = None) -> None:
         request, decoder = slot.request, slot.decoder

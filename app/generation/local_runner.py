@@ -54,7 +54,9 @@ class LocalRun:
     ) -> None:
         self.job = job
         self._on_done = on_done
-        self._outputs: asyncio.Queue[GenerationOutput] = asyncio.Queue()
+        self._outputs: deque[GenerationOutput] = deque()
+        #: The consumer's wait for the next output, while it waits (one future, not an asyncio.Queue's getter).
+        self._waiter: asyncio.Future[None] | None = None
         self._request = GenerationRequest(
             job.prompt_tokens,
             job.sampling,
@@ -65,7 +67,10 @@ class LocalRun:
         engine.submit(self._request)
 
     def deliver(self, output: GenerationOutput) -> None:
-        self._outputs.put_nowait(output)
+        self._outputs.append(output)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         if isinstance(output, Finish | GenerationFailed):
             self._on_done()
 
@@ -73,9 +78,16 @@ class LocalRun:
         self._request.cancelled.set()
 
     async def outputs(self) -> AsyncIterator[GenerationOutput]:
+        outputs = self._outputs
         while True:
-            # What is already there is taken without a wait (a Queue.get that waits costs a future and a wake-up).
-            output = self._outputs.get_nowait() if not self._outputs.empty() else await self._outputs.get()
+            # What is already there is taken without a wait; a wait is one future that `deliver` resolves.
+            if not outputs:
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            output = outputs.popleft()
             yield output
             if isinstance(output, Finish | GenerationFailed):
                 return

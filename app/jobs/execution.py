@@ -25,6 +25,7 @@ import anyio
 from app.db.session import Database
 from app.errors import is_outage
 from app.events.assembler import ResponseAssembler
+from app.events.encoding import event_payload
 from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
@@ -186,7 +187,7 @@ class JobExecution:
     ) -> None:
         """Send events: kept ones once stored (batched, unless `at_once`), the final ones after the final state
         is committed with whatever still waits, the others (not kept) straight away."""
-        payloads = [event.model_dump(mode="json") for event in events]
+        payloads = [event_payload(event) for event in events]
         if final is not None:
             await self.batch.flush(payloads, write=partial(self._write, final=final))
         elif not self.job.keep_events:

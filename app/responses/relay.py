@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -273,7 +274,9 @@ async def _relay(
     # How long a foreground client waits, hearing neither a live event nor the database: by then a generation
     # that died would have been ended, were the database there.
     patience_s = settings.lease_s + settings.reconcile_interval_s if mode.foreground and stored else None
-    heard_at = anyio.current_time()
+    # time.monotonic, not anyio.current_time (the same clock on asyncio): this one is read at every live event,
+    # and anyio's looks its backend up each call.
+    heard_at = time.monotonic()
     try:
         if replay:
             for event in await _stored_events(runtime, response_id, last):
@@ -302,8 +305,8 @@ async def _relay(
                     ended = True
                     return
                 if has_ended is not None:
-                    heard_at = anyio.current_time()
-                elif patience_s is not None and anyio.current_time() - heard_at > patience_s:
+                    heard_at = time.monotonic()
+                elif patience_s is not None and time.monotonic() - heard_at > patience_s:
                     # Not `ended`: the generation is cancelled (below), so that it cannot end otherwise later.
                     logger.warning("the database stayed unreachable while %s ran: giving up on it", response_id)
                     if snapshot is None:
@@ -323,7 +326,7 @@ async def _relay(
                         ended = True
                         return
                 continue
-            heard_at = anyio.current_time()
+            heard_at = time.monotonic()
             sequence = live["sequence_number"]
             if sequence <= last:
                 continue
