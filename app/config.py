@@ -100,7 +100,8 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="Generations a worker (or the embedded server) decodes at once, batched on one copy of the "
-        "model; each holds n_ctx tokens of KV cache. Default: 4 on a CPU, 8 with a GPU build.",
+        "model; each holds n_ctx tokens of KV cache (or draws on RESPONSES_KV_POOL_TOKENS). Default: 4 on a CPU, 8 "
+        "with a GPU build.",
     )
     prefix_cache_mb: int = Field(
         1024,
@@ -115,6 +116,14 @@ class Settings(BaseSettings):
     )
     prefix_cache_dir_mb: int = Field(
         4096, ge=1, description="Most disk the state files of RESPONSES_PREFIX_CACHE_DIR take (LRU) per model."
+    )
+    kv_pool_tokens: int = Field(
+        0,
+        ge=0,
+        description="KV cells all of a model's sequences share (one unified pool, as llama-server's --kv-unified): "
+        "each grows as far as the model's context while there is room, and when there is none the youngest is "
+        "pushed out and goes on later. 0: each sequence reserves the model's whole context. Ignored with "
+        "RESPONSES_KV_REUSE=exact (which needs a window per sequence).",
     )
     kv_reuse: Literal["all", "exact"] = Field(
         "all",

@@ -277,6 +277,6 @@ def figures_from(results: dict[str, Any]) -> Report:
         costs(results, report)
     if "events" in results:
         events(results, report)
-    for part in ("engine", "gpu"):
+    for part in ("engine", "pool", "gpu"):
         plugged(results, report, part)
     return report

@@ -73,7 +73,7 @@ def kv_bytes_per_token() -> int:
 class LlamaServer:
     """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it). With
     `gpu`, every layer offloaded; with `n_ctx_per_slot`, `parallel` slots of that many KV cells each (split, as
-    ours) rather than its default of one pool they share."""
+    ours) rather than its default of one pool they share; `extra`: more arguments (`--kv-unified`)."""
 
     def __init__(
         self,
@@ -84,6 +84,7 @@ class LlamaServer:
         *,
         gpu: bool = False,
         n_ctx_per_slot: int | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.port = free_port()
         command = [str(binary), "-m", str(Settings().resolved_model_path), "--port", str(self.port)]
@@ -94,6 +95,7 @@ class LlamaServer:
                 command += ["-c", str(parallel * n_ctx_per_slot)]
         if gpu:
             command += ["-ngl", "999"]
+        command += extra
         with log.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}"

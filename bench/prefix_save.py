@@ -24,7 +24,7 @@ from typing import Any
 
 from app.config import Settings
 from app.generation.engine import GenerationRequest, LlamaEngine
-from app.generation.prefix_cache import PrefixCache
+from app.generation.kv.prefix_cache import PrefixCache
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 
 #: The stream's gap spanning the long finish, over its median step: what "no pause" is held to (a step during

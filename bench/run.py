@@ -25,6 +25,9 @@ and why, then the JSON. Parts (--only):
                  (bench/event_writes.py)
   engine         the pause a 7.6k-token prompt's finish (its prefix saved) puts on a running stream
                  (bench/prefix_save.py)
+  pool           one KV pool of today's 4 sequences' cells: how many conversations it holds, aggregate tokens/s at
+                 8, 16 and 32 streams and 16 conversations' turn 8 / turn 1, ours and llama-server
+                 (bench/kv_pool.py)
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
@@ -85,6 +88,7 @@ PARTS = (
     "costs",
     "events",
     "engine",
+    "pool",
 )
 EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "stall", "cancel"}
 DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
@@ -129,6 +133,7 @@ EVENT_BATCH = 32
 #: a module not on this branch yet is reported as left out.
 PLUGINS: dict[str, list[tuple[str, str, str]]] = {
     "engine": [("bench.prefix_save", "measure", "engine")],
+    "pool": [("bench.kv_pool", "measure", "kv-pool")],
 }
 
 

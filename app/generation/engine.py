@@ -2,7 +2,7 @@
 
 Each step decodes one batch holding the next token of every generating sequence plus a chunk of the prompts
 still being read (shared between them, the shortest first: a short prompt is not held back by a long one being
-read, see kv_reuse.prompt_shares), then samples each sequence from its own row of logits. On a CPU one batched step over
+read, see kv.reuse.prompt_shares), then samples each sequence from its own row of logits. On a CPU one batched step over
 several sequences costs little more than one token of one, so throughput grows with the number of streams;
 on a GPU even more so. A lean loop on llama.cpp's C API: no per-token copy of the logits, no Python-side
 sampling.
@@ -10,8 +10,12 @@ sampling.
 Prompts reuse KV state: a new sequence takes the free slot whose cells share the longest prefix with its
 prompt, or restores a longer one from the PrefixCache, and prefills only the rest. By default every cell is
 kept, the answer's included, so a chained turn reads only its new tokens; in exact mode a hit gives exactly
-a cold read's output (see kv_reuse.py). Reuse never crosses a request's `cache_scope` (its tenant): a slot's
-cells and saved states serve only prompts of the scope that computed them.
+a cold read's output (see kv/reuse.py). Reuse never crosses a request's `cache_scope` (its tenant): a slot's
+cells and saved states serve only prompts of the scope that computed them. The slots' cells are kept in
+kv/slots.py.
+
+With RESPONSES_KV_POOL_TOKENS the sequences share one pool of cells, each growing as far as the model's context
+while there is room; when there is none, idle cells and then the youngest sequence make way (kv/pool.py).
 
 Requests beyond the free slots wait in the fair order (job.py's FairOrder: class, then tenants in turn): a worker
 can hold more jobs than sequences (its model's queue and its own), and one tenant's must not fill the line.
@@ -24,24 +28,26 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import itertools
 import logging
 import queue
 import re
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 
 from app.config import Settings
-from app.generation.job import FairOrder, JobClass
-from app.generation.kv_reuse import KvReuse, KvReuseMode, prompt_shares
-from app.generation.prefix_cache import PrefixCache, StateFiles, common_prefix_length
+from app.generation.job import FairOrder
+from app.generation.kv.pool import KvPool
+from app.generation.kv.prefix_cache import PrefixCache, StateFiles
+from app.generation.kv.reuse import KvReuse, KvReuseMode, prompt_shares
+from app.generation.kv.slots import KvSlots, Slot
 from app.generation.registry import ModelSpec
+from app.generation.request import GenerationRequest as GenerationRequest  # where callers import it from
 from app.generation.sampling import sampler_chain, scored_piece
-from app.generation.types import EngineError, Finish, FinishReason, GenerationFailed, GenerationOutput, SamplingParams
+from app.generation.types import EngineError, Finish, FinishReason, GenerationFailed, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -70,44 +76,6 @@ def concurrency(settings: Settings) -> int:
     return settings.worker_concurrency or (8 if llama_cpp.llama_supports_gpu_offload() else 4)
 
 
-@dataclass(eq=False)
-class GenerationRequest:
-    prompt: list[int]
-    sampling: SamplingParams
-    #: Called on the engine thread with each text piece, then one Finish or GenerationFailed.
-    emit: Callable[[GenerationOutput], object]
-    #: Whose prompt this is (the tenant): KV state is reused only between requests of one scope.
-    cache_scope: str
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    #: Its job's priority class: waiting requests start by class, then by scope (tenant) in turn.
-    job_class: JobClass = "interactive"
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One sequence of the context: the tokens its KV cells hold, and the request using it, if any."""
-
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)
-    #: The cache scope of the request that computed `tokens`' cells.
-    scope: str = ""
-    request: GenerationRequest | None = None
-    pending: list[int] = field(default_factory=list)
-    sampler: llama_cpp.llama_sampler_p | None = None
-    decoder: codecs.IncrementalDecoder | None = None
-    budget: int = 0
-    produced: int = 0
-    cached: int = 0
-    #: Still reading its prompt (no token sampled yet).
-    reading: bool = False
-    #: Its cells are not in the prefix cache yet (a large state waits for an idle engine, see _finish).
-    unsaved: bool = False
-    #: Its state goes to the state files too when saved (its request's keep_state_file).
-    persist: bool = False
-    #: None: no logprobs (the default, fast path); else how many alternatives each token reports.
-    top_logprobs: int | None = None
-
-
 class LlamaEngine:
     def __init__(
         self,
@@ -120,6 +88,7 @@ class LlamaEngine:
         prefix_cache: PrefixCache | None = None,
         kv_reuse: KvReuseMode = "all",
         kv_unified: bool = False,
+        kv_pool: int = 0,
     ) -> None:
         # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -134,9 +103,11 @@ class LlamaEngine:
         # n_ctx cells per sequence: split, each sequence a window of its own; unified, one pool they share (as
         # llama-server), so llama.cpp decodes all their tokens in one ubatch. Exact reuse needs split windows: in
         # a pool a sequence's cells sit wherever other sequences left room, and attention sums in cell order.
-        params.n_ctx = self.n_ctx * slots
+        # `kv_pool` cells: one unified pool of that size, each sequence growing into it (kv/pool.py).
+        pooled = kv_pool > 0 and kv_reuse != "exact"
+        params.n_ctx = kv_pool if pooled else self.n_ctx * slots
         params.n_seq_max = slots
-        params.kv_unified = kv_unified and kv_reuse != "exact"
+        params.kv_unified = pooled or (kv_unified and kv_reuse != "exact")
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         if n_threads:
             params.n_threads = params.n_threads_batch = n_threads
@@ -153,13 +124,15 @@ class LlamaEngine:
         self.n_ctx = min(self.n_ctx, llama_cpp.llama_n_ctx_seq(self._ctx))
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self._n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, 1)
         self._piece = (ctypes.c_char * _PIECE_BUFFER)()
         self._pieces: dict[int, bytes] = {}  # each token's bytes, made once: _token_bytes is on every token's path
-        self._slots = [_Slot(seq_id) for seq_id in range(slots)]
         self._cache = prefix_cache
         self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
+        self._kv = KvSlots(self._ctx, slots, prefix_cache, self._reuse)
+        self._slots = self._kv.slots
+        self.pool = KvPool(llama_cpp.llama_n_ctx(self._ctx) if pooled else 0)
+        self._arrivals = itertools.count()
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
         #: Submitted requests waiting for a free slot (engine thread only).
         self._waiting: FairOrder[GenerationRequest] = FairOrder()
@@ -182,6 +155,7 @@ class LlamaEngine:
             slots=concurrency(settings),
             prefix_cache=PrefixCache(cache_bytes, files) if cache_bytes else None,
             kv_reuse=settings.kv_reuse,
+            kv_pool=settings.kv_pool_tokens,
         )
 
     @property
@@ -228,7 +202,7 @@ class LlamaEngine:
 
     def _run(self) -> None:
         while True:
-            if not self._admit(wait=not self._busy() and not self._unsaved()):
+            if not self._admit(wait=not self._busy() and not self._kv.unsaved()):
                 break
             if self._busy():
                 try:
@@ -238,39 +212,38 @@ class LlamaEngine:
                     self._fail_all(f"generation failed: {error}")
             else:
                 # Idle, nothing waiting: save the states that were too large to copy while others ran.
-                for slot in self._unsaved()[:1]:
-                    self._save_prefix(slot)
+                for slot in self._kv.unsaved()[:1]:
+                    self._kv.save(slot)
         for slot in self._slots:
             if slot.request is not None:
                 self._finish(slot, "cancelled")
-        while self._waiting:
-            request = self._waiting.pop()
-            request.emit(Finish("cancelled", len(request.prompt), 0, 0))
+        while (request := self._next_waiting()) is not None:
+            self._end_waiting(request, "cancelled")
 
     def _busy(self) -> bool:
         return any(slot.request is not None for slot in self._slots)
 
-    def _unsaved(self) -> list[_Slot]:
-        return [slot for slot in self._slots if slot.unsaved and slot.request is None]
-
     def _admit(self, *, wait: bool) -> bool:
         """Take what was submitted into the waiting line (blocking for one when `wait` and none waits), then start
-        waiting requests on free slots in the fair order; False once close() was called."""
+        waiting requests on free slots (pushed-out ones first, then in the fair order) while the pool has room;
+        False once close() was called."""
         while True:
             try:
-                submitted = self._requests.get(block=wait and not self._waiting)
+                submitted = self._requests.get(block=wait and not self._waiting and not self.pool.front)
             except queue.Empty:
                 break
             if submitted is None:
                 return False
             self._waiting.push(submitted.job_class, submitted.cache_scope, submitted)
             wait = False
-        if self._waiting:  # a cancelled sequence's slot goes to a waiting request now, not a step later
+        if self._waiting or self.pool.front:  # a cancelled sequence's slot goes to a waiting request now
             for slot in self._slots:
                 if slot.request is not None and slot.request.cancelled.is_set():
                     self._finish(slot, "cancelled")
-        while self._waiting and any(slot.request is None for slot in self._slots):
-            request = self._waiting.pop()
+        while self._kv.has_free() and (request := self._next_waiting()) is not None:
+            if not request.cancelled.is_set() and not self.pool.fits(self._kv.running(), request):
+                self.pool.front.appendleft(request)  # it starts first once running sequences make room
+                break
             try:
                 self._start(request)
             except Exception as error:
@@ -278,7 +251,36 @@ class LlamaEngine:
                 request.emit(GenerationFailed(f"generation failed: {error}"))
         return True
 
+    def _next_waiting(self) -> GenerationRequest | None:
+        if self.pool.front:
+            return self.pool.front.popleft()
+        return self._waiting.pop() if self._waiting else None
+
+    def _end_waiting(self, request: GenerationRequest, reason: FinishReason) -> None:
+        """End a request that holds no slot (one pushed out with what it had written)."""
+        paused = self.pool.paused.pop(request, None)
+        if paused is None:
+            request.emit(Finish(reason, len(request.prompt), 0, 0))
+            return
+        if paused.sampler is not None:
+            llama_cpp.llama_sampler_free(paused.sampler)
+        tail = paused.decoder.decode(b"", final=True) if paused.decoder is not None else ""
+        if tail:
+            request.emit(tail)
+        request.emit(Finish(reason, len(request.prompt), paused.cached, paused.produced))
+
     def _start(self, request: GenerationRequest) -> None:
+        paused = self.pool.paused.get(request)
+        if paused is not None:
+            if request.cancelled.is_set():
+                self._end_waiting(request, "cancelled")
+                return
+            # Pushed out of the pool: it goes on from its prompt and what it wrote, its cells restored or re-read.
+            del self.pool.paused[request]
+            slot, _ = self._kv.take(request.cache_scope, paused.sequence, read_cache=True)
+            paused.resume(slot)
+            slot.reading, slot.request = True, request
+            return
         prompt = request.prompt
         budget = self.n_ctx - len(prompt)
         if request.sampling.max_output_tokens is not None:
@@ -287,62 +289,31 @@ class LlamaEngine:
             reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
-        scope = request.cache_scope
-        free = [(slot, self._shared_prefix(slot, scope, prompt)) for slot in self._slots if slot.request is None]
-        # On a tie (no prefix shared, say) a slot whose cells are saved or empty: an unsaved state is lost when
-        # its slot is taken.
-        slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
-        slot.unsaved = False
-        if not request.sampling.read_cache:  # read cold: its cells are still saved for later prompts
-            reused = 0
-        else:
-            reused = self._reuse.usable(self._restore_prefix(slot, scope, prompt, reused), len(prompt))
-        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
-        slot.tokens = prompt[:reused]
-        slot.scope = scope
-        slot.pending = prompt[reused:]
+        slot, reused = self._kv.take(request.cache_scope, prompt, read_cache=request.sampling.read_cache)
         resumed = request.sampling.resumed_output_tokens
         slot.sampler = self._sampler(request.sampling, prompt[len(prompt) - resumed :] if resumed else [])
         slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         slot.budget, slot.produced, slot.cached = budget, 0, reused
+        slot.arrival = next(self._arrivals)
         slot.top_logprobs = request.sampling.top_logprobs
         slot.persist = request.sampling.keep_state_file
         slot.reading = True
         slot.request = request
 
-    def _shared_prefix(self, slot: _Slot, scope: str, prompt: list[int]) -> int:
-        """How many leading prompt tokens the slot's cells hold that this scope may reuse."""
-        if self._cache is None or not slot.tokens or slot.scope != scope:
-            return 0
-        return common_prefix_length(np.asarray(slot.tokens, dtype=np.int32), np.asarray(prompt, dtype=np.int32))
-
-    def _restore_prefix(self, slot: _Slot, scope: str, prompt: list[int], reused: int) -> int:
-        """How many leading prompt tokens the slot's KV cells hold (`reused` as it is), after restoring a
-        longer saved state of the same scope."""
-        if self._cache is None:
-            self._clear(slot)
-            return 0
-        match = self._cache.best_match(scope, prompt)
-        if match is None or self._reuse.usable(match[0], len(prompt)) <= self._reuse.usable(reused, len(prompt)):
-            return reused
-        shared, saved = match
-        self._clear(slot)
-        # llama.cpp only reads the state: no copy of a bytearray (what _save_prefix keeps).
-        buffer = ctypes.c_uint8 * len(saved.data)
-        data = (
-            buffer.from_buffer(saved.data) if isinstance(saved.data, bytearray) else buffer.from_buffer_copy(saved.data)
-        )
-        if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
-            slot.tokens = saved.tokens.tolist()
-            return shared
-        logger.warning("could not restore a saved prefix; reading the prompt in full")
-        self._clear(slot)
-        return 0
-
-    def _clear(self, slot: _Slot) -> None:
-        """Drop every KV cell of the slot's sequence."""
-        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-        slot.tokens, slot.unsaved = [], False
+    def _make_room(self, running: list[Slot]) -> None:
+        """Free pool cells for a step that found none: idle slots' cells, else the youngest running sequence's
+        (pushed out to go on later, see kv/pool.py); EngineError when one sequence alone fills the pool."""
+        if self._kv.evict_idle():
+            return
+        victim = self.pool.victim(running)
+        if victim is None:
+            raise EngineError(f"one sequence needs more than the KV pool's {self.pool.tokens} cells")
+        self.pool.push_out(victim)
+        if self._cache is not None:  # its cells come back from the cache, exactly, when it goes on
+            self._kv.save(victim, persist=False)
+        victim.sampler = None  # its request keeps it
+        self._release(victim)
+        self._kv.clear(victim)
 
     def _sampler(self, sampling: SamplingParams, written: list[int]) -> llama_cpp.llama_sampler_p:
         """The sampler chain for `sampling`, having accepted `written` (the output of an earlier run)."""
@@ -350,7 +321,7 @@ class LlamaEngine:
 
     def _step(self) -> None:
         """One llama_decode over every running sequence, then one sampled token for each that is due one."""
-        running: list[_Slot] = []
+        running: list[Slot] = []
         for slot in self._slots:
             if slot.request is None:
                 continue
@@ -370,13 +341,20 @@ class LlamaEngine:
                 self._decode([], [min(reading, key=lambda slot: len(slot.pending))])
         else:
             # Generating sequences first (one token each), then prompts in chunks, so a long prompt never
-            # stalls the others for more than one chunk; the prompts share the chunk (prompt_shares).
-            self._decode(generating, reading)
+            # stalls the others for more than one chunk; the prompts share the chunk (prompt_shares). A full
+            # pool makes room (kv/pool.py) and the step goes again without whoever was pushed out.
+            while not self._decode(generating, reading):
+                self._make_room(running)
+                running = self._kv.running()
+                generating = [slot for slot in running if not slot.reading]
+                reading = [slot for slot in running if slot.reading]
 
-    def _decode(self, generating: list[_Slot], reading: list[_Slot]) -> None:
+    def _decode(self, generating: list[Slot], reading: list[Slot]) -> bool:
+        """Decode a step and sample; False when the pool had no room (nothing was read: run it again)."""
         batch = self._batch
         used = 0
-        sampled: list[tuple[_Slot, int]] = []
+        marks = [(slot, len(slot.tokens)) for slot in (*generating, *reading)]
+        sampled: list[tuple[Slot, int]] = []
         for slot in generating:
             used = self._put(slot, 1, used, sampled)
         limit = min(used + PROMPT_TOKENS_BESIDE_STREAMS if used else BATCH_TOKENS, BATCH_TOKENS)
@@ -386,9 +364,15 @@ class LlamaEngine:
                 count = self._reuse.chunk_length(len(slot.tokens), len(slot.pending), share)
                 used = self._put(slot, count, used, sampled)
         if not used:
-            return
+            return True
         batch.n_tokens = used
         status = llama_cpp.llama_decode(self._ctx, batch)
+        if status == 1 and self.pool.tokens:  # no room in the pool: the batch's tokens are pending again
+            for slot, kept in marks:
+                slot.pending = slot.tokens[kept:] + slot.pending
+                del slot.tokens[kept:]
+                slot.reading = slot in reading
+            return False
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
         for slot, index in sampled:
@@ -399,8 +383,9 @@ class LlamaEngine:
             # Only requests that asked for logprobs read the logits row here (a copy, taken before sampling).
             logits = self._logits_row(index) if slot.top_logprobs is not None else None
             self._advance(slot, llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, index), logits)
+        return True
 
-    def _put(self, slot: _Slot, count: int, used: int, sampled: list[tuple[_Slot, int]]) -> int:
+    def _put(self, slot: Slot, count: int, used: int, sampled: list[tuple[Slot, int]]) -> int:
         """Add the slot's next `count` pending tokens to the batch from index `used`; the new batch length."""
         batch = self._batch
         start = len(slot.tokens)
@@ -431,7 +416,7 @@ class LlamaEngine:
             piece = self._pieces[token] = self._piece.raw[: max(length, 0)]
         return piece
 
-    def _advance(self, slot: _Slot, token: int, logits: np.ndarray | None = None) -> None:
+    def _advance(self, slot: Slot, token: int, logits: np.ndarray | None = None) -> None:
         request, decoder = slot.request, slot.decoder
         assert request is not None and decoder is not None
         if llama_cpp.llama_vocab_is_eog(self._vocab, token):
@@ -452,49 +437,32 @@ class LlamaEngine:
         else:
             slot.pending = [token]
 
-    def _finish(self, slot: _Slot, reason: FinishReason) -> None:
+    def _finish(self, slot: Slot, reason: FinishReason) -> None:
         request, decoder = slot.request, slot.decoder
         assert request is not None and decoder is not None
         tail = decoder.decode(b"", final=True)
         if tail:
             request.emit(tail)
         self._release(slot)
-        kept = self._reuse.kept(len(slot.tokens), len(request.prompt))
-        if kept < len(slot.tokens):
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, kept, -1)
-            slot.tokens = slot.tokens[:kept]
+        self._kv.keep(slot, len(request.prompt))
         if self._cache is not None and slot.tokens:
-            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
+            size = self._kv.state_size(slot)
             if size <= SAVE_WHILE_RUNNING_BYTES or not self._busy():
-                self._save_prefix(slot, size)
+                self._kv.save(slot, size)
             else:
                 slot.unsaved = True
         request.emit(Finish(reason, len(request.prompt), slot.cached, slot.produced))
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         if slot.sampler is not None:
             llama_cpp.llama_sampler_free(slot.sampler)
         slot.request, slot.sampler, slot.decoder, slot.pending = None, None, None, []
         slot.top_logprobs, slot.reading = None, False
-
-    def _save_prefix(self, slot: _Slot, size: int | None = None) -> None:
-        slot.unsaved = False
-        if self._cache is None or not slot.tokens:
-            return
-        if size is None:
-            size = llama_cpp.llama_state_seq_get_size(self._ctx, slot.seq_id)
-        # One copy: llama.cpp writes straight into the bytes the cache keeps.
-        data = bytearray(size)
-        written = llama_cpp.llama_state_seq_get_data(
-            self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, slot.seq_id
-        )
-        del data[written:]
-        self._cache.put(slot.scope, slot.tokens, data, persist=slot.persist)
 
     def _fail_all(self, message: str) -> None:
         for slot in self._slots:
             if slot.request is not None:
                 request = slot.request
                 self._release(slot)
-                self._clear(slot)
+                self._kv.clear(slot)
                 request.emit(GenerationFailed(message))

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.generation.kv_reuse import KvReuse
+from app.generation.kv.reuse import KvReuse
 
 #: Granularity of the prompt hashes a fingerprint keeps: 8 bytes of hash per this many tokens.
 BLOCK_TOKENS = 32
@@ -114,7 +114,7 @@ class Comparison:
     reason: str | None = None
     #: Leading tokens the two prompts share (the compared prompt's length when `extends`, else to a block).
     shared: int = 0
-    #: Tokens the engine must report reused for a hit: what it can reuse of `shared` (kv_reuse.usable).
+    #: Tokens the engine must report reused for a hit: what it can reuse of `shared` (kv.reuse.usable).
     expected: int = 0
 
     def to_payload(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from app.db.base import utc_now
 from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
-from app.generation.kv_reuse import KvReuse
+from app.generation.kv.reuse import KvReuse
 from app.generation.tool_calls import CLIENT_TOOL_KINDS
 from app.generation.types import PromptRenderer, SamplingParams
 from app.ids import new_id

@@ -12,7 +12,7 @@ import pytest
 
 from app.config import Settings
 from app.generation.engine import GenerationRequest, LlamaEngine
-from app.generation.kv_reuse import KvReuseMode
+from app.generation.kv.reuse import KvReuseMode
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 
 pytestmark = pytest.mark.integration

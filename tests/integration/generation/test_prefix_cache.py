@@ -16,8 +16,8 @@ import pytest
 from app.config import Settings
 from app.generation import engine as engine_module
 from app.generation.engine import GenerationRequest, LlamaEngine
-from app.generation.kv_reuse import EXACT_CHUNK
-from app.generation.prefix_cache import PrefixCache
+from app.generation.kv.prefix_cache import PrefixCache
+from app.generation.kv.reuse import EXACT_CHUNK
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams
 from app.testing.databases import sqlite_url
 from app.testing.servers import SdkClients, ServerProcess

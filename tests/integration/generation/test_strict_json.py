@@ -21,7 +21,7 @@ import pytest
 from app.config import Settings
 from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.grammars import text_format_grammar
-from app.generation.prefix_cache import PrefixCache
+from app.generation.kv.prefix_cache import PrefixCache
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.generation.types import Finish, GenerationFailed, GenerationOutput, SamplingParams, ScoredPiece

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import kv_pool
 from bench.figures import figures_from
 from bench.report import Figure, Report, Target, format_table
 
@@ -131,3 +132,24 @@ def test_a_gpu_runs_32_streams_and_the_long_prompts_request_are_rows() -> None:
     assert figures["8 streams ÷ 1 stream"].target is not None  # the target stays on 8 streams
     request = figures["  that prompt's request, read and 16 tokens answered"]
     assert (request.stored, request.peer) == (90.0, 60.0)
+
+
+def test_the_kv_pool_rows_meet_their_goals_against_llama_server() -> None:
+    measured = {
+        "pool_tokens": 32768,
+        "kv_mb": 720.0,
+        "sequences": 32,
+        "rss_mb": {"ours": 1100.0, "llama_server": 900.0},
+        "tokens_per_s": {"ours": {"8": 40.0, "16": 45.0}, "llama_server": {"8": 38.0, "16": 50.0}},
+        "replay": {
+            "ours_chained": {"turn8_over_turn1": 1.2, "latency_ms_per_turn": [1.0] * 8},
+            "ours_stateless": {"turn8_over_turn1": 1.25, "latency_ms_per_turn": [1.0] * 8},
+            "llama_server_stateless": {"turn8_over_turn1": 1.4, "latency_ms_per_turn": [1.0] * 8},
+        },
+    }
+    figures = {figure.name: figure for figure in figures_from({"pool": {"figures": kv_pool.figures(measured)}}).figures}
+    assert figures["aggregate tokens/s, 8 streams, same KV pool"].met() is True
+    assert figures["aggregate tokens/s, 16 streams, same KV pool"].met() is False  # 45 < llama-server's 50
+    replay = figures["turn 8 / turn 1, 32 conversations"]
+    assert (replay.stored, replay.unstored, replay.peer, replay.met()) == (1.2, 1.25, 1.4, True)
+    assert figures["conversations at once in today's 4 sequences' KV (32,768 cells, 720 MB)"].met() is True

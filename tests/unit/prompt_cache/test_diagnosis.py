@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.generation.kv_reuse import KvReuse
+from app.generation.kv.reuse import KvReuse
 from app.prompt_cache.diagnosis import (
     BLOCK_TOKENS,
     Compared,

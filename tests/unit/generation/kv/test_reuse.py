@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.generation.kv_reuse import KvReuse, prompt_shares
+from app.generation.kv.reuse import KvReuse, prompt_shares
 
 
 def test_the_default_reuses_everything_held_but_the_last_prompt_token() -> None:

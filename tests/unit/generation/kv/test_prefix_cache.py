@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.generation.prefix_cache import PrefixCache, StateFiles, common_prefix_length
+from app.generation.kv.prefix_cache import PrefixCache, StateFiles, common_prefix_length
 
 
 def test_common_prefix_length() -> None:
