@@ -16,7 +16,6 @@ import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -41,6 +40,7 @@ from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, Lease
 from app.jobs.preemption import Preempted, until_preempted
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
+from app.jobs.starting import HeadStart, continued_job, counted
 from app.jobs.steering import SteeringStop
 from app.jobs.telemetry import JobObserver
 from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
@@ -128,27 +128,15 @@ class JobExecution:
         self.resumed = True
         replay = replay_progress(self.job, claim_progress)
         self.assembler, self.progress = replay.assembler, replay.log
-        job = self.job
-        if self.tools is not None:  # the round after the recorded ones; a recorded call is never made again
-            await self.tools.replay(runner, replay.rounds)
-            job = self.tools.job
-        written = await runner.tokenize(job.model, replay.text) if replay.text else []
-        self._carried = (len(job.prompt_tokens), len(written))
-        cap = job.sampling.max_output_tokens
-        sampling = replace(
-            job.sampling,
-            max_output_tokens=None if cap is None else max(cap - len(written), 0),
-            resumed_output_tokens=len(written),
-        )
-        return replace(job, prompt_tokens=[*job.prompt_tokens, *written], sampling=sampling)
+        job, self._carried = await continued_job(self.job, replay, runner, self.tools)
+        return job
 
     def _counted(self, finish: Finish) -> Finish:
-        """A takeover's first Finish: what earlier runs wrote of its round continued the prompt; it is output."""
+        """A takeover's first Finish counts what earlier runs wrote of its round as output (starting.counted)."""
         if self._carried is None:
             return finish
-        prompt, written = self._carried
-        self._carried = None
-        return Finish(finish.reason, prompt, min(finish.cached_tokens, prompt), written + finish.output_tokens)
+        carried, self._carried = self._carried, None
+        return counted(finish, carried)
 
     async def _record(self) -> None:
         """Store the progress now (a tool round opened, a call ended): a takeover must know which calls were made.
@@ -203,12 +191,7 @@ class JobExecution:
 
     async def _cancel_stored(self) -> bool:
         """A cancel stored between the claim and now (its signal may have found no generation to stop)."""
-        if self.lease is None:
-            return False
-        with contextlib.suppress(Exception):
-            async with self.database.transaction() as session:
-                return await self.lease.cancel_requested(session)
-        return False
+        return self.lease is not None and await self.lease.cancel_requested(self.database)
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
         try:
@@ -331,13 +314,26 @@ class JobExecution:
         async with self.database.transaction() as session:
             return await self.lease.claim(session, keeps_events=self.job.keep_events)
 
-    async def run(self, runner: ModelRunner) -> None:
+    async def run(self, runner: ModelRunner, *, head_start: bool = True) -> None:
+        """`head_start`: begin a foreground job's generation while its claim commits (starting.HeadStart); not
+        where another run of this response may be running in this process (the runner knows its runs by response
+        id), nor for a background job, which may be a takeover or a preempted job's next run (its job continues
+        the stored progress: a prefill begun early would be wasted)."""
+        head = HeadStart.of(runner, self.job, allowed=head_start and self.tools is None and not self.background)
+        try:
+            await self._run(runner, head)
+        finally:
+            await head.discard()  # not adopted: the claim was not this run's, or it is a takeover
+
+    async def _run(self, runner: ModelRunner, head: HeadStart) -> None:
         claim = await self._claim()
         if claim is None:
             logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
         try:
             job = await self._resume(runner, claim.progress)
+            if self.resumed:
+                await head.discard()  # its job continues the stored progress: the one begun early is not it
         except ModelLoadError as error:
             # A takeover tokenises what was written with the job's model: one that will not load here fails
             # the response, as it does a fresh job (raised, it would leave the response to wait for its lease).
@@ -368,7 +364,7 @@ class JobExecution:
             return
         self.runner = runner
         # (The loop's own job stays the round's, as _resume left it: a takeover's text so far is not its prompt.)
-        generation: GenerationRun = (
+        generation: GenerationRun = head.adopt() or (
             runner.start(job) if self.tools is None else LoopRun(self.tools.start(runner, job, resumed=self.resumed))
         )
         self.generation = generation
@@ -379,7 +375,9 @@ class JobExecution:
             beats_progress = self.progress if self.background and not self.job.keep_events else None
             heartbeat = asyncio.create_task(self.lease.heartbeat(self.database, generation, beats_progress))
         try:
-            if claim.cancel_requested or await self._cancel_stored():
+            # A cancel stored before the claim, or signalled before the generation was there to stop (one stored
+            # since whose signal was lost is read by the heartbeat's first check, beside the prefill).
+            if claim.cancel_requested or self._cancel_asked:
                 self._cancel_asked = True
                 generation.cancel()
             await self._relay(generation)
