@@ -40,8 +40,8 @@ from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, Lease
 from app.jobs.preemption import Preempted, until_preempted
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
-from app.jobs.starting import HeadStart, continued_job, counted
 from app.jobs.steering import SteeringStop
+from app.jobs.takeover import continued_job, counted
 from app.jobs.telemetry import JobObserver
 from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
@@ -132,7 +132,7 @@ class JobExecution:
         return job
 
     def _counted(self, finish: Finish) -> Finish:
-        """A takeover's first Finish counts what earlier runs wrote of its round as output (starting.counted)."""
+        """A takeover's first Finish counts what earlier runs wrote of its round as output (takeover.counted)."""
         if self._carried is None:
             return finish
         carried, self._carried = self._carried, None
@@ -314,26 +314,13 @@ class JobExecution:
         async with self.database.transaction() as session:
             return await self.lease.claim(session, keeps_events=self.job.keep_events)
 
-    async def run(self, runner: ModelRunner, *, head_start: bool = True) -> None:
-        """`head_start`: begin a foreground job's generation while its claim commits (starting.HeadStart); not
-        where another run of this response may be running in this process (the runner knows its runs by response
-        id), nor for a background job, which may be a takeover or a preempted job's next run (its job continues
-        the stored progress: a prefill begun early would be wasted)."""
-        head = HeadStart.of(runner, self.job, allowed=head_start and self.tools is None and not self.background)
-        try:
-            await self._run(runner, head)
-        finally:
-            await head.discard()  # not adopted: the claim was not this run's, or it is a takeover
-
-    async def _run(self, runner: ModelRunner, head: HeadStart) -> None:
+    async def run(self, runner: ModelRunner) -> None:
         claim = await self._claim()
         if claim is None:
             logger.info("response %s is not ours to generate (ended, or held by another worker)", self.job.response_id)
             return
         try:
             job = await self._resume(runner, claim.progress)
-            if self.resumed:
-                await head.discard()  # its job continues the stored progress: the one begun early is not it
         except ModelLoadError as error:
             # A takeover tokenises what was written with the job's model: one that will not load here fails
             # the response, as it does a fresh job (raised, it would leave the response to wait for its lease).
@@ -364,7 +351,7 @@ class JobExecution:
             return
         self.runner = runner
         # (The loop's own job stays the round's, as _resume left it: a takeover's text so far is not its prompt.)
-        generation: GenerationRun = head.adopt() or (
+        generation: GenerationRun = (
             runner.start(job) if self.tools is None else LoopRun(self.tools.start(runner, job, resumed=self.resumed))
         )
         self.generation = generation

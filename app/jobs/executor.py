@@ -51,14 +51,11 @@ class JobExecutor:
             charge_tokens=self.charge_tokens,
             mcp=self.mcp,
         )
-        # Another run of this response here (a takeover beside a run that froze): no generation begun before the
-        # claim, which the runner would mix up with that run's (it knows runs by response id).
-        alone = job.response_id not in self.executions
         self.running[job.response_id] = execution.background and execution.lease is not None
         self.executions[job.response_id] = execution
         try:
             with execution.observer.running():
-                await execution.run(self.runner, head_start=alone)
+                await execution.run(self.runner)
         finally:
             self.running.pop(job.response_id, None)
             self.executions.pop(job.response_id, None)
