@@ -1,11 +1,13 @@
-"""One stream's tokens/s on two checkouts of this project: their embedded servers run side by side and are
-streamed in turn (A B, then B A, ...), so that the machine's drift falls on both alike. How a change (a refactor,
-say) is shown to be no slower than the commit before it.
+"""One stream's tokens/s and time to first token on two checkouts of this project: their embedded servers run
+side by side and are streamed in turn (A B, then B A, ...), so that the machine's drift falls on both alike. How a
+change (a refactor, say) is shown to be no slower than the commit before it.
 
     .venv/bin/python -m bench.compare_checkouts OTHER_CHECKOUT [--rounds 8] [--tokens 128]
 
-This checkout is the one whose .venv runs the script; OTHER_CHECKOUT needs its own (`make install` there).
-Prints the median tokens/s of each checkout on the stored path and on `store: false`, and this ÷ other.
+This checkout is the one whose .venv runs the script; OTHER_CHECKOUT needs its own (`make install` there, or a
+link to this one's: each server imports `app` from its own checkout, which leads its PYTHONPATH). Prints the median
+tokens/s and time to first token of each checkout on the stored path and on `store: false`, this ÷ other, and
+this - other for the first token.
 """
 
 from __future__ import annotations
@@ -32,16 +34,18 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="output tokens a stream")
     args = parser.parse_args()
     checkouts = {
-        "this": Path(sys.executable).with_name("llama-responses"),
-        "other": args.other / ".venv" / "bin" / "llama-responses",
+        "this": (Path(sys.executable).with_name("llama-responses"), Path(__file__).resolve().parents[1]),
+        "other": (args.other / ".venv" / "bin" / "llama-responses", args.other.resolve()),
     }
     rates: dict[tuple[str, str], list[float]] = {(name, mode): [] for name in checkouts for mode in MODES}
+    firsts: dict[tuple[str, str], list[float]] = {(name, mode): [] for name in checkouts for mode in MODES}
     with ExitStack() as stack, tempfile.TemporaryDirectory() as directory:
         clients = {}
-        for name, cli in checkouts.items():
+        for name, (cli, source) in checkouts.items():
             folder = Path(directory) / name
             folder.mkdir()
-            server = ServerProcess({"RESPONSES_DATABASE_URL": sqlite_url(folder)}, folder / "server.log", cli=cli)
+            env = {"RESPONSES_DATABASE_URL": sqlite_url(folder), "PYTHONPATH": str(source)}
+            server = ServerProcess(env, folder / "server.log", cli=cli)
             stack.callback(server.stop)
             clients[name] = stack.enter_context(sdk_client(server.start().base_url))
         model = clients["this"].models.list().data[0].id
@@ -53,9 +57,14 @@ def main() -> None:
                 for mode, store in MODES.items():
                     timing = stream_once(clients[name], model, PROMPT, args.tokens, store)
                     rates[(name, mode)].append(timing.tokens_per_s)
+                    firsts[(name, mode)].append(timing.ttft_s * 1000)
     medians = {f"{name} {mode}": round(statistics.median(values), 1) for (name, mode), values in rates.items()}
     ratios = {f"this ÷ other, {mode}": round(medians[f"this {mode}"] / medians[f"other {mode}"], 3) for mode in MODES}
-    print(json.dumps({"tokens_per_s": medians, **ratios}, indent=2, ensure_ascii=False))
+    first = {f"{name} {mode}": round(statistics.median(values), 1) for (name, mode), values in firsts.items()}
+    gaps = {f"this - other, {mode}": round(first[f"this {mode}"] - first[f"other {mode}"], 1) for mode in MODES}
+    print(
+        json.dumps({"tokens_per_s": medians, **ratios, "first_token_ms": first, **gaps}, indent=2, ensure_ascii=False)
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ NOTES = {
     "a token more or less comes from where an answer re-tokenizes differently from how it was generated",
     "reads": "per-request Python in one uvicorn process: FastAPI's dependency and parameter handling ~28%, the ORM "
     "~15%, routing ~10%, pydantic ~10% (py-spy); one Postgres round trip, no transaction (bench/reads.py)",
-    "ttft": "stored: three transactions (the row, the claim, a cancel check) before the first token; "
+    "ttft": "stored: two transactions (the row, the claim) before the first token (the cancel check is a read "
+    "beside the prefill now); "
     "store:false: event-loop hops and the SDK on the same 2 cores (bench/stream_profile.py)",
     "kv": "each sequence may use the whole context (8,192 tokens) and reserves it (split KV: as fast or faster than "
     "unified here, bench/kv_layout.py); llama-server splits one 8,192-cell pool among 4 slots (2,048 tokens each)",

@@ -16,7 +16,6 @@ import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -43,6 +42,7 @@ from app.jobs.preemption import Preempted, until_preempted
 from app.jobs.progress import IdLog, ProgressLog, job_assembler, replay_progress
 from app.jobs.repository import ProgressStep
 from app.jobs.steering import SteeringStop
+from app.jobs.takeover import continued_job, counted
 from app.jobs.telemetry import JobObserver
 from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
@@ -129,27 +129,15 @@ class JobExecution:
         self.resumed = True
         replay = replay_progress(self.job, claim_progress)
         self.assembler, self.progress = replay.assembler, replay.log
-        job = self.job
-        if self.tools is not None:  # the round after the recorded ones; a recorded call is never made again
-            await self.tools.replay(runner, replay.rounds)
-            job = self.tools.job
-        written = await runner.tokenize(job.model, replay.text) if replay.text else []
-        self._carried = (len(job.prompt_tokens), len(written))
-        cap = job.sampling.max_output_tokens
-        sampling = replace(
-            job.sampling,
-            max_output_tokens=None if cap is None else max(cap - len(written), 0),
-            resumed_output_tokens=len(written),
-        )
-        return replace(job, prompt_tokens=[*job.prompt_tokens, *written], sampling=sampling)
+        job, self._carried = await continued_job(self.job, replay, runner, self.tools)
+        return job
 
     def _counted(self, finish: Finish) -> Finish:
-        """A takeover's first Finish: what earlier runs wrote of its round continued the prompt; it is output."""
+        """A takeover's first Finish counts what earlier runs wrote of its round as output (takeover.counted)."""
         if self._carried is None:
             return finish
-        prompt, written = self._carried
-        self._carried = None
-        return Finish(finish.reason, prompt, min(finish.cached_tokens, prompt), written + finish.output_tokens)
+        carried, self._carried = self._carried, None
+        return counted(finish, carried)
 
     async def _record(self) -> None:
         """Store the progress now (a tool round opened, a call ended): a takeover must know which calls were made.
@@ -204,12 +192,7 @@ class JobExecution:
 
     async def _cancel_stored(self) -> bool:
         """A cancel stored between the claim and now (its signal may have found no generation to stop)."""
-        if self.lease is None:
-            return False
-        with contextlib.suppress(Exception):
-            async with self.database.transaction() as session:
-                return await self.lease.cancel_requested(session)
-        return False
+        return self.lease is not None and await self.lease.cancel_requested(self.database)
 
     async def _close(self, output: Finish | GenerationFailed) -> None:
         try:
@@ -380,7 +363,9 @@ class JobExecution:
             beats_progress = self.progress if self.background and not self.job.keep_events else None
             heartbeat = asyncio.create_task(self.lease.heartbeat(self.database, generation, beats_progress))
         try:
-            if claim.cancel_requested or await self._cancel_stored():
+            # A cancel stored before the claim, or signalled before the generation was there to stop (one stored
+            # since whose signal was lost is read by the heartbeat's first check, beside the prefill).
+            if claim.cancel_requested or self._cancel_asked:
                 self._cancel_asked = True
                 generation.cancel()
             await self._relay(generation)

@@ -91,7 +91,8 @@ class JobLease:
         if row is None:
             return None
         self._claimed_by = Holder(self.owner, row.attempts)
-        progress = await repository.progress_of(session, row.id)
+        # A first run has no earlier one whose progress it could go on from (nobody held the job before it).
+        progress = await repository.progress_of(session, row.id) if row.attempts > 1 else None
         next_stored = 0
         if row.attempts > 1 and progress is None and keeps_events:
             next_stored = await repository.next_sequence_number(session, row.id)
@@ -112,12 +113,13 @@ class JobLease:
         self.steer_requested = self.steer_requested or steer
         return cancel
 
-    async def cancel_requested(self, session: AsyncSession) -> bool:
-        """Whether a cancel is stored, the lease neither extended nor required (False once it is not ours)."""
-        _, cancel, _ = await repository.renew(
-            session, self.response_id, holder=self.holder, now=utc_now(), lease_until=None
-        )
-        return cancel
+    async def cancel_requested(self, database: Database) -> bool:
+        """Whether a cancel is stored while the lease is ours: a read (no lock, no commit); False when the
+        database cannot say (the heartbeat asks again)."""
+        with contextlib.suppress(Exception):
+            async with database.read() as session:
+                return await repository.cancel_requested(session, self.response_id, holder=self.holder)
+        return False
 
     async def finish(self, session: AsyncSession, values: dict[str, Any], *, generation_s: float = 0.0) -> None:
         """Store the final state (`values`: final_state.final_values; `generation_s`: how long this run generated,
@@ -150,7 +152,11 @@ class JobLease:
         or a stored cancel request stops the generation, and so does a lease that ran out before any renewal got
         through (the database is away): the reconciler may give the job to another run from then on, so this one
         stops, and `lapsed` tells it to store and send nothing more. `progress`: stored with each beat (a
-        background job whose events are not kept stores it nowhere else, for a takeover)."""
+        background job whose events are not kept stores it nowhere else, for a takeover). The first check comes at
+        once, a read: a cancel stored between the claim and the start whose signal was lost is seen beside the
+        prefill, not in a transaction before the first token."""
+        if await self.cancel_requested(database):
+            generation.cancel()
         while True:
             await asyncio.sleep(self.lease_s / 3)
             started = time.monotonic()

@@ -135,6 +135,12 @@ async def renew(
     return True, asked[0] is not None, asked[1] is not None
 
 
+async def cancel_requested(session: AsyncSession, response_id: str, *, holder: Holder) -> bool:
+    """Whether a cancel is stored for the response while `holder` holds it (a read: no write, no lock)."""
+    query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id, _held_by(holder))
+    return (await session.execute(query)).scalar_one_or_none() is not None
+
+
 async def progress_of(session: AsyncSession, response_id: str) -> Progress | None:
     """The progress a job's runs stored, joined; None when there is none."""
     query = (
