@@ -122,7 +122,8 @@ class Settings(BaseSettings):
         ge=0,
         description="KV cells all of a model's sequences share (one unified pool, as llama-server's --kv-unified): "
         "each grows as far as the model's context while there is room, and when there is none the youngest is "
-        "pushed out and goes on later. 0: each sequence reserves the model's whole context. Ignored with "
+        "pushed out and goes on later; a prompt must fit the smaller of the pool and the context (else a 400). 0: "
+        "each sequence reserves the model's whole context. Ignored with "
         "RESPONSES_KV_REUSE=exact (which needs a window per sequence).",
     )
     kv_reuse: Literal["all", "exact"] = Field(

@@ -22,6 +22,9 @@ class ModelSpec:
     path: Path
     #: Context window in tokens; None (or 0): the model's trained context.
     n_ctx: int | None = None
+    #: Cells of the unified KV pool its sequences share (RESPONSES_KV_POOL_TOKENS); 0: a window per sequence. A
+    #: prompt is held to the smaller of the pool and the context, so one that cannot fit is a 400, not an empty answer.
+    kv_pool_tokens: int = 0
     #: A Jinja chat template used instead of the one the GGUF carries.
     chat_template: str | None = None
     #: 'open,close' or 'none' (see RESPONSES_REASONING_TAGS); None: detected from the template.

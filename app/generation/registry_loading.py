@@ -64,6 +64,7 @@ def _spec(settings: Settings, model_id: str, path: Path, where: str, **declared:
         id=_check_id(model_id, where),
         path=path,
         n_ctx=values.pop("n_ctx", settings.n_ctx),
+        kv_pool_tokens=settings.kv_pool_tokens if settings.kv_reuse != "exact" else 0,
         reasoning_tags=values.pop("reasoning_tags", settings.reasoning_tags),
         n_gpu_layers=values.pop("n_gpu_layers", settings.n_gpu_layers),
         owned_by=values.pop("owned_by", OWNED_BY),

@@ -49,12 +49,13 @@ class ChatTokenizer:
         n_ctx: int | None,
         reasoning_tags: str | None = None,
         chat_template: str | None = None,
+        kv_pool_tokens: int = 0,
     ) -> None:
         self._vocab = llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
         metadata = self._vocab.metadata
         # A vocabulary-only load reports no trained context; the GGUF metadata has it.
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
-        self.n_ctx = n_ctx or trained
+        self.n_ctx = min(n_ctx or trained, kv_pool_tokens) if kv_pool_tokens else n_ctx or trained
         template = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
         self.reasoning_tags = parse_reasoning_tags(reasoning_tags, template)
         self.supports_tools = "tools" in template
@@ -69,7 +70,13 @@ class ChatTokenizer:
 
     @classmethod
     def for_model(cls, spec: ModelSpec) -> ChatTokenizer:
-        return cls(spec.path, n_ctx=spec.n_ctx, reasoning_tags=spec.reasoning_tags, chat_template=spec.chat_template)
+        return cls(
+            spec.path,
+            n_ctx=spec.n_ctx,
+            reasoning_tags=spec.reasoning_tags,
+            chat_template=spec.chat_template,
+            kv_pool_tokens=spec.kv_pool_tokens,
+        )
 
     def _token_text(self, token: int) -> str:
         if token < 0:

@@ -8,6 +8,7 @@ import pytest
 from app.config import Settings
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
+from app.generation.types import ContextTooLong
 
 pytestmark = pytest.mark.integration
 
@@ -27,3 +28,15 @@ def test_a_template_without_an_opening_has_none() -> None:
     template = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     tokenizer = ChatTokenizer(Settings(_env_file=None).resolved_model_path, n_ctx=512, chat_template=template)
     assert tokenizer.generation_prompt_tokens == ()
+
+
+def test_a_kv_pool_smaller_than_the_context_bounds_the_prompt() -> None:
+    """A prompt that fits the model's context but not the pool is refused up front (a 400), not run into an
+    answer the pool has no room for."""
+    path = Settings(_env_file=None).resolved_model_path
+    assert ChatTokenizer(path, n_ctx=None, kv_pool_tokens=0).n_ctx == 8192
+    assert ChatTokenizer(path, n_ctx=None, kv_pool_tokens=32768).n_ctx == 8192
+    pooled = ChatTokenizer(path, n_ctx=None, kv_pool_tokens=256)
+    assert pooled.n_ctx == 256
+    with pytest.raises(ContextTooLong):
+        pooled.render_within_context(None, [ChatMessage("user", "word " * 300)], truncate=False)

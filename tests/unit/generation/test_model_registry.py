@@ -97,6 +97,15 @@ def test_single_model_settings_are_the_one_model_case(tmp_path: Path) -> None:
     assert shipped.ids == ["SmolLM2-135M-Instruct.Q4_1"], "the shipped model with no settings at all"
 
 
+def test_the_kv_pool_reaches_every_model_unless_reuse_is_exact(tmp_path: Path) -> None:
+    path = gguf(tmp_path, "mine.gguf")
+    assert load_registry(settings_of(tmp_path, model_path=path)).default.kv_pool_tokens == 0
+    pooled = load_registry(settings_of(tmp_path, model_path=path, kv_pool_tokens=4096))
+    assert pooled.default.kv_pool_tokens == 4096
+    exact = load_registry(settings_of(tmp_path, model_path=path, kv_pool_tokens=4096, kv_reuse="exact"))
+    assert exact.default.kv_pool_tokens == 0, "exact reuse keeps a window per sequence: no pool bounds a prompt"
+
+
 @pytest.mark.parametrize(
     ("file_text", "values", "message"),
     [
