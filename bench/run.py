@@ -25,6 +25,8 @@ and why, then the JSON. Parts (--only):
                  (bench/event_writes.py)
   engine         the pause a 7.6k-token prompt's finish (its prefix saved) puts on a running stream
                  (bench/prefix_save.py)
+  prefill        prefill tokens/s of 2k, 8k and 16k-token prompts, ours, llama-server's and raw llama.cpp's
+                 (bench/prefill.py)
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
@@ -85,6 +87,7 @@ PARTS = (
     "costs",
     "events",
     "engine",
+    "prefill",
 )
 EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "stall", "cancel"}
 DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
@@ -129,6 +132,7 @@ EVENT_BATCH = 32
 #: a module not on this branch yet is reported as left out.
 PLUGINS: dict[str, list[tuple[str, str, str]]] = {
     "engine": [("bench.prefix_save", "measure", "engine")],
+    "prefill": [("bench.prefill", "measure", "prefill")],
 }
 
 

@@ -1,0 +1,336 @@
+"""Long prompts (issue 26, item 3): prefill tokens/s of 2k, 8k and 16k-token prompts, ours against llama-server on
+the same prompt, model and threads, and raw llama.cpp with our engine's parameters.
+
+    .venv/bin/python -m bench.prefill [--sizes 2048,8192,16384] [--rounds 2] [--llama-server PATH]
+    .venv/bin/python -m bench.prefill --tune [--sizes 2048,8192] [--rounds 2]
+
+Each prompt is one user message of ordinary words, rendered by our chat template to exactly the size, and led by a
+number of its own, so that no side reuses an earlier prompt's cells (llama-server also gets `cache_prompt: false`).
+- ours: a streamed `POST /v1/responses` (stored, then `store: false`) on the embedded server; the time to the first
+  text delta, which holds the prefill, one decode step and the server's own work; prefill tokens/s = the prompt's
+  tokens (usage.input_tokens) / that time.
+- llama-server: `POST /completion` with the same token ids, `n_predict: 1`: the time to its answer (the prefill and
+  one token); its own `timings.prompt_per_second` goes into the JSON beside it.
+- raw: llama.cpp's C API in this process, the prompt read in llama_decode calls of our engine's batch size.
+Rounds alternate the sides, so load drifts hit all alike; each figure is the best of its rounds.
+
+Both servers get a context of N_CTX = 16,640 tokens (one llama-server slot, `-c 16640`). SmolLM2 was trained on
+8,192: past that its answers degrade (no RoPE scaling), but the prefill's work, which is what is measured here, is
+the same as for a model trained that long.
+
+--tune measures raw llama.cpp only, for each configuration in TUNE (n_batch, n_ubatch, threads for the prompt,
+flash attention): what BATCH_TOKENS and the threads in app/generation/engine.py were chosen from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import llama_cpp
+
+from app.config import Settings
+from app.generation import engine
+from app.generation.prompt import ChatMessage
+from app.generation.tokenizer import ChatTokenizer
+from app.testing.servers import ServerProcess
+from bench.peers import LlamaServer
+from bench.workloads import sdk_client, store_argument
+
+SIZES = (2048, 8192, 16384)
+#: Every side's context: the largest prompt and a few answer tokens, rounded up to llama.cpp's 256.
+N_CTX = 16640
+THREADS = 2
+DEFAULT_LLAMA_SERVER = Path.home() / ".cache/llama-responses/llama-server-11434.0.0/build/bin/llama-server"
+WORDS = "the of and river owl glass comet bread map bee tea lantern quiet orbit harbor meadow signal".split()  # noqa: SIM905
+#: Ours on the default stored path (store omitted), then with store: false.
+PATHS: dict[str, bool | None] = {"stored": None, "unstored": False}
+
+
+@dataclass(frozen=True)
+class RawConfig:
+    """One way to have llama.cpp read a prompt: decode calls of n_batch tokens, split into ubatches of n_ubatch."""
+
+    n_batch: int = engine.BATCH_TOKENS
+    n_ubatch: int = engine.BATCH_TOKENS
+    threads_batch: int = THREADS
+    flash_attn: bool = False
+
+    @property
+    def label(self) -> str:
+        flash = "on" if self.flash_attn else "off"
+        return f"n_batch {self.n_batch}, n_ubatch {self.n_ubatch}, {self.threads_batch} threads, flash attn {flash}"
+
+
+#: --tune's candidates; the first is the engine's configuration as the code stands.
+TUNE = (
+    RawConfig(),
+    RawConfig(n_batch=1024, n_ubatch=1024),
+    RawConfig(n_batch=256, n_ubatch=256),
+    RawConfig(threads_batch=1),
+    RawConfig(flash_attn=True),
+    RawConfig(n_batch=2048, n_ubatch=512, flash_attn=True),  # llama-server's defaults on a CPU
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    tokens: list[int]
+
+
+def make_prompt(tokenizer: ChatTokenizer, size: int, nonce: int) -> Prompt:
+    """A user message of words that our chat template renders to exactly `size` tokens (padded with the one-token
+    word " the" at the end when the last word would overshoot)."""
+    rng = random.Random(nonce)
+    words = [f"Note {nonce}:"] + [rng.choice(WORDS) for _ in range(size)]
+
+    def render(count: int, padding: int = 0) -> list[int]:
+        text = " ".join(words[:count]) + " the" * padding
+        return tokenizer.render([ChatMessage("user", text)])
+
+    low, high = 1, len(words)  # the most words that fit: binary search (every word is at least one token)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(render(middle)) <= size:
+            low = middle
+        else:
+            high = middle - 1
+    padding = size - len(render(low))
+    tokens = render(low, padding)
+    if len(tokens) != size:
+        raise RuntimeError(f"could not render a prompt of {size} tokens (got {len(tokens)})")
+    return Prompt(" ".join(words[:low]) + " the" * padding, tokens)
+
+
+def ours_prefill(base_url: str, model: str, prompt: Prompt, store: bool | None) -> dict[str, float]:
+    """A streamed create on our server: seconds to the first text delta, and the prompt tokens it read."""
+    with sdk_client(base_url) as client:
+        started = time.perf_counter()
+        first = 0.0
+        input_tokens = 0
+        with client.responses.create(
+            model=model,
+            input=prompt.text,
+            temperature=0,
+            max_output_tokens=16,  # the API's least; the rest of the answer comes after the figure is taken
+            stream=True,
+            **store_argument(store),
+        ) as stream:
+            for event in stream:
+                if event.type == "response.output_text.delta" and not first:
+                    first = time.perf_counter()
+                elif event.type == "response.completed" and event.response.usage is not None:
+                    input_tokens = event.response.usage.input_tokens
+    if not first or input_tokens != len(prompt.tokens):
+        raise RuntimeError(f"our server read {input_tokens} tokens (expected {len(prompt.tokens)}) or wrote none")
+    seconds = first - started
+    return {"seconds": seconds, "tokens_per_s": input_tokens / seconds}
+
+
+def peer_prefill(base_url: str, prompt: Prompt) -> dict[str, float]:
+    """llama-server's /completion on the same token ids, one token answered, its prompt cache off."""
+    body = {"prompt": prompt.tokens, "n_predict": 1, "cache_prompt": False, "temperature": 0}
+    started = time.perf_counter()
+    answer = httpx.post(f"{base_url}/completion", json=body, timeout=1200)
+    seconds = time.perf_counter() - started
+    answer.raise_for_status()
+    timings = answer.json()["timings"]
+    if timings["prompt_n"] != len(prompt.tokens):
+        raise RuntimeError(f"llama-server read {timings['prompt_n']} tokens (expected {len(prompt.tokens)})")
+    return {
+        "seconds": seconds,
+        "tokens_per_s": len(prompt.tokens) / seconds,
+        "own_prompt_per_s": float(timings["prompt_per_second"]),
+    }
+
+
+class RawLlama:
+    """The shipped model loaded once through llama.cpp's C API; each read gets a fresh context of its config."""
+
+    def __init__(self) -> None:
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self.model = llama_cpp.llama_model_load_from_file(str(Settings().resolved_model_path).encode(), params)
+        if not self.model:
+            raise RuntimeError("llama.cpp could not load the model")
+
+    def prefill(self, tokens: list[int], config: RawConfig) -> dict[str, float]:
+        """Seconds to read `tokens` from empty KV, in llama_decode calls of config.n_batch, logits for the last."""
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = N_CTX
+        params.n_batch, params.n_ubatch = config.n_batch, config.n_ubatch
+        params.n_threads, params.n_threads_batch = THREADS, config.threads_batch
+        params.flash_attn_type = int(config.flash_attn)
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self.model, params)
+        batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
+        try:
+            started = time.perf_counter()
+            for start in range(0, len(tokens), config.n_batch):
+                part = tokens[start : start + config.n_batch]
+                for offset, token in enumerate(part):
+                    batch.token[offset], batch.pos[offset] = token, start + offset
+                    batch.n_seq_id[offset], batch.seq_id[offset][0] = 1, 0
+                    batch.logits[offset] = start + offset == len(tokens) - 1
+                batch.n_tokens = len(part)
+                if llama_cpp.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed")
+            seconds = time.perf_counter() - started
+        finally:
+            llama_cpp.llama_batch_free(batch)
+            llama_cpp.llama_free(ctx)
+        return {"seconds": seconds, "tokens_per_s": len(tokens) / seconds}
+
+    def close(self) -> None:
+        llama_cpp.llama_model_free(self.model)
+
+
+@contextmanager
+def our_server(directory: Path) -> Iterator[ServerProcess]:
+    env = {
+        "RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/prefill.db",
+        "RESPONSES_N_THREADS": str(THREADS),
+        "RESPONSES_N_CTX": str(N_CTX),
+    }
+    server = ServerProcess(env, directory / "prefill-server.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def best(samples: list[dict[str, float]]) -> dict[str, Any]:
+    """The fastest round (the least disturbed by other load), and every round's rate."""
+    fastest = max(samples, key=lambda sample: sample["tokens_per_s"])
+    return {**fastest, "rounds_tokens_per_s": [sample["tokens_per_s"] for sample in samples]}
+
+
+def measure_sides(directory: Path, sizes: tuple[int, ...], rounds: int, llama_server: Path | None) -> dict[str, Any]:
+    """Every side on every size, `rounds` times, alternating: {size: {side: best(...)}}."""
+    tokenizer = ChatTokenizer(Settings().resolved_model_path, n_ctx=N_CTX)
+    samples: dict[int, dict[str, list[dict[str, float]]]] = {size: {} for size in sizes}
+    raw = RawLlama()
+    with ExitStack() as stack:
+        server = stack.enter_context(our_server(directory))
+        model = sdk_client(server.base_url).models.list().data[0].id
+        peer = None
+        if llama_server is not None:
+            log = directory / "prefill-llama-server.log"
+            peer = stack.enter_context(LlamaServer(llama_server, THREADS, log, 1, n_ctx_per_slot=N_CTX))
+        stack.callback(raw.close)
+        nonce = 0
+        for _ in range(rounds):
+            for size in sizes:
+                row = samples[size]
+                for path, store in PATHS.items():
+                    nonce += 1
+                    prompt = make_prompt(tokenizer, size, nonce)
+                    row.setdefault(path, []).append(ours_prefill(server.base_url, model, prompt, store))
+                nonce += 1
+                prompt = make_prompt(tokenizer, size, nonce)
+                if peer is not None:
+                    row.setdefault("llama_server", []).append(peer_prefill(peer.base_url, prompt))
+                row.setdefault("raw", []).append(raw.prefill(prompt.tokens, RawConfig()))
+    return {str(size): {side: best(runs) for side, runs in sides.items()} for size, sides in samples.items()}
+
+
+def figures(measured: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for size, sides in measured.items():
+        rate = {side: sides[side]["tokens_per_s"] if side in sides else None for side in (*PATHS, "llama_server")}
+        name = f"prefill tokens/s, {int(size) // 1024}k-token prompt (first token of a 1-token answer)"
+        rows.append(
+            {
+                "name": name,
+                "unit": "tok/s",
+                "stored": rate["stored"],
+                "unstored": rate["unstored"],
+                "peer": rate["llama_server"],
+                "target": {"op": ">=", "value": None},
+                "note": NOTE,
+            }
+        )
+        rows.append(
+            {
+                "name": "  raw llama.cpp with our engine's batch and threads",
+                "unit": "tok/s",
+                "stored": sides["raw"]["tokens_per_s"],
+                "peer": rate["llama_server"],
+            }
+        )
+    return rows
+
+
+#: What limits the prefill rate where it misses llama-server's (bench/README.md, "Long prompts").
+NOTE = (
+    "llama.cpp's own prompt rate (the raw row) bounds ours; without flash attention (off on a CPU for exact "
+    "temperature-0 reuse) attention grows with the context"
+)
+
+
+def measure(directory: Path) -> dict[str, Any]:
+    """bench.run's `prefill` part: 2k, 8k and 16k-token prompts, two rounds, ours against llama-server and raw."""
+    peer = DEFAULT_LLAMA_SERVER if DEFAULT_LLAMA_SERVER.is_file() else None
+    measured = measure_sides(directory, SIZES, 2, peer)
+    return {"n_ctx": N_CTX, "threads": THREADS, "sizes": measured, "figures": figures(measured)}
+
+
+def tune(sizes: tuple[int, ...], rounds: int) -> dict[str, dict[str, Any]]:
+    """Raw llama.cpp's prefill tokens/s for each TUNE configuration and size, rounds alternating."""
+    tokenizer = ChatTokenizer(Settings().resolved_model_path, n_ctx=N_CTX)
+    prompts = {size: make_prompt(tokenizer, size, size) for size in sizes}
+    raw = RawLlama()
+    samples: dict[str, dict[int, list[float]]] = {config.label: {size: [] for size in sizes} for config in TUNE}
+    try:
+        raw.prefill(prompts[sizes[0]].tokens, TUNE[0])  # warm-up: the weights paged in
+        for _ in range(rounds):
+            for size in sizes:
+                for config in TUNE:
+                    rate = raw.prefill(prompts[size].tokens, config)["tokens_per_s"]
+                    samples[config.label][size].append(rate)
+    finally:
+        raw.close()
+    return {
+        label: {str(size): {"best": max(runs), "median": statistics.median(runs)} for size, runs in by_size.items()}
+        for label, by_size in samples.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="prompt sizes in tokens, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
+    parser.add_argument("--tune", action="store_true", help="raw llama.cpp only, for each configuration in TUNE")
+    args = parser.parse_args()
+    sizes = tuple(int(size) for size in args.sizes.split(","))
+    load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+    if args.tune:
+        results = tune(sizes, args.rounds)
+        print(f"raw llama.cpp prefill tokens/s (best of {args.rounds}), load average at the start {load}")
+        for label, by_size in results.items():
+            print(f"  {label:62} " + "  ".join(f"{size}: {row['best']:7.0f}" for size, row in by_size.items()))
+        return
+    with tempfile.TemporaryDirectory() as name:
+        peer = args.llama_server if args.llama_server.is_file() else None
+        measured = measure_sides(Path(name), sizes, args.rounds, peer)
+    print(json.dumps({"load_average_at_start": load, "sizes": measured}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
