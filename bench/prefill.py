@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -115,9 +114,17 @@ def make_prompt(tokenizer: ChatTokenizer, size: int, nonce: int) -> Prompt:
     return Prompt(" ".join(words[:low]) + " the" * padding, tokens)
 
 
-def ours_prefill(base_url: str, model: str, prompt: Prompt, store: bool | None) -> dict[str, float]:
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user and system, every thread) process `pid` has used: steadier than wall time under load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ours_prefill(server: ServerProcess, model: str, prompt: Prompt, store: bool | None) -> dict[str, float]:
     """A streamed create on our server: seconds to the first text delta, and the prompt tokens it read."""
-    with sdk_client(base_url) as client:
+    assert server.process is not None
+    with sdk_client(server.base_url) as client:
+        cpu = cpu_s(server.process.pid)
         started = time.perf_counter()
         first = 0.0
         input_tokens = 0
@@ -132,20 +139,23 @@ def ours_prefill(base_url: str, model: str, prompt: Prompt, store: bool | None) 
             for event in stream:
                 if event.type == "response.output_text.delta" and not first:
                     first = time.perf_counter()
+                    cpu = cpu_s(server.process.pid) - cpu
                 elif event.type == "response.completed" and event.response.usage is not None:
                     input_tokens = event.response.usage.input_tokens
     if not first or input_tokens != len(prompt.tokens):
         raise RuntimeError(f"our server read {input_tokens} tokens (expected {len(prompt.tokens)}) or wrote none")
     seconds = first - started
-    return {"seconds": seconds, "tokens_per_s": input_tokens / seconds}
+    return {"seconds": seconds, "tokens_per_s": input_tokens / seconds, "cpu_ms_per_token": cpu * 1000 / input_tokens}
 
 
-def peer_prefill(base_url: str, prompt: Prompt) -> dict[str, float]:
+def peer_prefill(peer: LlamaServer, prompt: Prompt) -> dict[str, float]:
     """llama-server's /completion on the same token ids, one token answered, its prompt cache off."""
     body = {"prompt": prompt.tokens, "n_predict": 1, "cache_prompt": False, "temperature": 0}
+    cpu = cpu_s(peer.process.pid)
     started = time.perf_counter()
-    answer = httpx.post(f"{base_url}/completion", json=body, timeout=1200)
+    answer = httpx.post(f"{peer.base_url}/completion", json=body, timeout=1200)
     seconds = time.perf_counter() - started
+    cpu = cpu_s(peer.process.pid) - cpu
     answer.raise_for_status()
     timings = answer.json()["timings"]
     if timings["prompt_n"] != len(prompt.tokens):
@@ -153,6 +163,7 @@ def peer_prefill(base_url: str, prompt: Prompt) -> dict[str, float]:
     return {
         "seconds": seconds,
         "tokens_per_s": len(prompt.tokens) / seconds,
+        "cpu_ms_per_token": cpu * 1000 / len(prompt.tokens),
         "own_prompt_per_s": float(timings["prompt_per_second"]),
     }
 
@@ -180,6 +191,7 @@ class RawLlama:
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
         try:
+            cpu = time.process_time()
             started = time.perf_counter()
             for start in range(0, len(tokens), config.n_batch):
                 part = tokens[start : start + config.n_batch]
@@ -191,10 +203,11 @@ class RawLlama:
                 if llama_cpp.llama_decode(ctx, batch) != 0:
                     raise RuntimeError("llama_decode failed")
             seconds = time.perf_counter() - started
+            cpu = time.process_time() - cpu
         finally:
             llama_cpp.llama_batch_free(batch)
             llama_cpp.llama_free(ctx)
-        return {"seconds": seconds, "tokens_per_s": len(tokens) / seconds}
+        return {"seconds": seconds, "tokens_per_s": len(tokens) / seconds, "cpu_ms_per_token": cpu * 1000 / len(tokens)}
 
     def close(self) -> None:
         llama_cpp.llama_model_free(self.model)
@@ -240,11 +253,11 @@ def measure_sides(directory: Path, sizes: tuple[int, ...], rounds: int, llama_se
                 for path, store in PATHS.items():
                     nonce += 1
                     prompt = make_prompt(tokenizer, size, nonce)
-                    row.setdefault(path, []).append(ours_prefill(server.base_url, model, prompt, store))
+                    row.setdefault(path, []).append(ours_prefill(server, model, prompt, store))
                 nonce += 1
                 prompt = make_prompt(tokenizer, size, nonce)
                 if peer is not None:
-                    row.setdefault("llama_server", []).append(peer_prefill(peer.base_url, prompt))
+                    row.setdefault("llama_server", []).append(peer_prefill(peer, prompt))
                 row.setdefault("raw", []).append(raw.prefill(prompt.tokens, RawConfig()))
     return {str(size): {side: best(runs) for side, runs in sides.items()} for size, sides in samples.items()}
 
@@ -291,22 +304,36 @@ def measure(directory: Path) -> dict[str, Any]:
 
 
 def tune(sizes: tuple[int, ...], rounds: int) -> dict[str, dict[str, Any]]:
-    """Raw llama.cpp's prefill tokens/s for each TUNE configuration and size, rounds alternating."""
+    """Raw llama.cpp's prefill for each TUNE configuration and size, rounds alternating: the best tokens/s and the
+    least CPU ms a token (each round printed as it is measured, with the load average)."""
     tokenizer = ChatTokenizer(Settings().resolved_model_path, n_ctx=N_CTX)
     prompts = {size: make_prompt(tokenizer, size, size) for size in sizes}
     raw = RawLlama()
-    samples: dict[str, dict[int, list[float]]] = {config.label: {size: [] for size in sizes} for config in TUNE}
+    samples: dict[str, dict[int, list[dict[str, float]]]] = {
+        config.label: {size: [] for size in sizes} for config in TUNE
+    }
     try:
         raw.prefill(prompts[sizes[0]].tokens, TUNE[0])  # warm-up: the weights paged in
-        for _ in range(rounds):
+        for round_ in range(rounds):
             for size in sizes:
                 for config in TUNE:
-                    rate = raw.prefill(prompts[size].tokens, config)["tokens_per_s"]
-                    samples[config.label][size].append(rate)
+                    sample = raw.prefill(prompts[size].tokens, config)
+                    samples[config.label][size].append(sample)
+                    print(
+                        f"round {round_ + 1} {size:>6} {config.label:62} {sample['tokens_per_s']:7.0f} tok/s "
+                        f"{sample['cpu_ms_per_token']:6.2f} CPU ms/tok, load {os.getloadavg()[0]:.1f}",
+                        flush=True,
+                    )
     finally:
         raw.close()
     return {
-        label: {str(size): {"best": max(runs), "median": statistics.median(runs)} for size, runs in by_size.items()}
+        label: {
+            str(size): {
+                "best_tokens_per_s": max(run["tokens_per_s"] for run in runs),
+                "least_cpu_ms_per_token": min(run["cpu_ms_per_token"] for run in runs),
+            }
+            for size, runs in by_size.items()
+        }
         for label, by_size in samples.items()
     }
 
@@ -322,9 +349,13 @@ def main() -> None:
     load = " ".join(f"{value:.1f}" for value in os.getloadavg())
     if args.tune:
         results = tune(sizes, args.rounds)
-        print(f"raw llama.cpp prefill tokens/s (best of {args.rounds}), load average at the start {load}")
+        print(f"raw llama.cpp prefill, best tok/s and least CPU ms/tok of {args.rounds}; load at the start {load}")
         for label, by_size in results.items():
-            print(f"  {label:62} " + "  ".join(f"{size}: {row['best']:7.0f}" for size, row in by_size.items()))
+            cells = (
+                f"{size}: {row['best_tokens_per_s']:6.0f} tok/s {row['least_cpu_ms_per_token']:5.2f} ms"
+                for size, row in by_size.items()
+            )
+            print(f"  {label:62} " + "  ".join(cells))
         return
     with tempfile.TemporaryDirectory() as name:
         peer = args.llama_server if args.llama_server.is_file() else None
