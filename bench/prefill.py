@@ -279,7 +279,7 @@ def figures(measured: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for size, sides in measured.items():
         rate = {side: sides[side]["tokens_per_s"] if side in sides else None for side in (*PATHS, "llama_server")}
-        name = f"prefill tokens/s, {round(int(size) / 1024)}k-token prompt (first token of a 1-token answer)"
+        name = f"prefill tokens/s, {round(int(size) / 1024)}k-token prompt (to the first token)"
         rows.append(
             {
                 "name": name,

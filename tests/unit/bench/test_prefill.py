@@ -44,14 +44,14 @@ def test_each_size_is_a_row_against_llama_server_and_raw_llama_cpp_a_row_under_i
         },
     }
     rows = {figure.name: figure for figure in figures_from({"prefill": {"figures": figures(measured)}}).figures}
-    two_k = rows["prefill tokens/s, 2k-token prompt (first token of a 1-token answer)"]
+    two_k = rows["prefill tokens/s, 2k-token prompt (to the first token)"]
     assert (two_k.stored, two_k.unstored, two_k.peer, two_k.met()) == (900.0, 950.0, 1000.0, False)
-    sixteen_k = rows["prefill tokens/s, 16k-token prompt (first token of a 1-token answer)"]
+    sixteen_k = rows["prefill tokens/s, 16k-token prompt (to the first token)"]
     # llama-server caps a slot at SmolLM2's trained 8,192 tokens: the "8k" prompt is 8,000, and is named 8k
     eight_k = figures(
         {"8000": {"stored": {"tokens_per_s": 1.0}, "unstored": {"tokens_per_s": 1.0}, "raw": {"tokens_per_s": 1.0}}}
     )
-    assert eight_k[0]["name"] == "prefill tokens/s, 8k-token prompt (first token of a 1-token answer)"
+    assert eight_k[0]["name"] == "prefill tokens/s, 8k-token prompt (to the first token)"
     assert (sixteen_k.peer, sixteen_k.met()) == (None, None)  # no llama-server in that run: cannot be told
     raw = [
         figure for figure in figures_from({"prefill": {"figures": figures(measured)}}).figures if "raw" in figure.name
