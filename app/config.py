@@ -92,6 +92,12 @@ class Settings(BaseSettings):
         None, ge=16, description="Output cap for requests that give no max_output_tokens; default: the context."
     )
     n_threads: int | None = Field(None, ge=1, description="CPU threads for llama.cpp; default: llama.cpp's.")
+    n_threads_batch: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads llama.cpp reads prompts with (its n_threads_batch, llama-server's -tb): prompts "
+        "are compute-bound and may use more cores than generation; default: n_threads.",
+    )
     n_gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU (-1: all); default: all with a GPU build, else 0."
     )

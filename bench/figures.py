@@ -4,7 +4,7 @@ from profiles and measurements on the 2-core VM; they are printed only for a fig
 
 Figures other lanes measure plug in as `results[part]` dicts: `reads` in bench/reads.py's shape, and any module
 that returns `{"figures": [{"name", "unit", "stored", "unstored", "peer", "target": {"op", "value"}, "note"}]}`
-(events, engine: see PLUGINS in bench/run.py)."""
+(events, engine, prefill: see PLUGINS in bench/run.py)."""
 
 from __future__ import annotations
 
@@ -278,6 +278,6 @@ def figures_from(results: dict[str, Any]) -> Report:
         costs(results, report)
     if "events" in results:
         events(results, report)
-    for part in ("engine", "pool", "gpu"):
+    for part in ("engine", "pool", "prefill", "gpu"):
         plugged(results, report, part)
     return report

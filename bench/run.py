@@ -28,6 +28,8 @@ and why, then the JSON. Parts (--only):
   pool           one KV pool of today's 4 sequences' cells: how many conversations it holds, aggregate tokens/s at
                  8, 16 and 32 streams and 16 conversations' turn 8 / turn 1, ours and llama-server
                  (bench/kv_pool.py)
+  prefill        prefill tokens/s of 2k, 8k and 16k-token prompts, ours, llama-server's and raw llama.cpp's
+                 (bench/prefill.py)
 llama-server figures need its binary (bench/build_llama_server.sh); distributed ones Postgres and Redis
 (RESPONSES_TEST_POSTGRES_URL, RESPONSES_BENCH_REDIS_URL; the local services by default); reads need wrk.
 """
@@ -89,6 +91,7 @@ PARTS = (
     "events",
     "engine",
     "pool",
+    "prefill",
 )
 EMBEDDED_PARTS = {"stream", "concurrency", "conversations", "reads", "memory", "stall", "cancel"}
 DISTRIBUTED_PARTS = {"ttft", "memory", "costs"}
@@ -134,6 +137,7 @@ EVENT_BATCH = 32
 PLUGINS: dict[str, list[tuple[str, str, str]]] = {
     "engine": [("bench.prefix_save", "measure", "engine")],
     "pool": [("bench.kv_pool", "measure", "kv-pool")],
+    "prefill": [("bench.prefill", "measure", "prefill")],
 }
 
 

@@ -83,6 +83,7 @@ class LlamaEngine:
         *,
         n_ctx: int | None,
         n_threads: int | None,
+        n_threads_batch: int | None = None,
         n_gpu_layers: int | None = None,
         slots: int = 1,
         prefix_cache: PrefixCache | None = None,
@@ -111,6 +112,7 @@ class LlamaEngine:
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         if n_threads:
             params.n_threads = params.n_threads_batch = n_threads
+        params.n_threads_batch = n_threads_batch or params.n_threads_batch  # prompts may use more cores
         params.no_perf = True
         if model_params.n_gpu_layers == 0:
             # NOTE: on the CPU, llama.cpp's flash attention takes a tiled path for large batches only, so a
@@ -151,6 +153,7 @@ class LlamaEngine:
             spec.path,
             n_ctx=spec.n_ctx,
             n_threads=settings.n_threads,
+            n_threads_batch=settings.n_threads_batch,
             n_gpu_layers=spec.n_gpu_layers,
             slots=concurrency(settings),
             prefix_cache=PrefixCache(cache_bytes, files) if cache_bytes else None,
