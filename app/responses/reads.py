@@ -31,6 +31,13 @@ async def read_response(
     database: Database, response_id: str, tenant: str, includes: frozenset[str] = frozenset()
 ) -> ResponseObject:
     """GET a response (in a read session: no transaction; see create_read_sessionmaker)."""
+    return (await _read_row(database, response_id, tenant, includes))[1]
+
+
+async def _read_row(
+    database: Database, response_id: str, tenant: str, includes: frozenset[str]
+) -> tuple[ResponseRow, ResponseObject]:
+    """The stored row and the Response it makes, with `includes`; a 404 when there is none."""
     async with database.read() as session:
         row = await repository.get_response(session, response_id, tenant)
     if row is None:
@@ -38,7 +45,7 @@ async def read_response(
     response = response_from_row(row)
     if includes:
         response.output = with_includes(response.output, includes)
-    return response
+    return row, response
 
 
 async def read_response_json(
@@ -61,13 +68,7 @@ async def read_response_json(
         cache.discard(tenant, response_id, includes)
         if version is None:
             raise response_not_found(response_id)
-    async with database.read() as session:
-        row = await repository.get_response(session, response_id, tenant)
-    if row is None:
-        raise response_not_found(response_id)
-    response = response_from_row(row)
-    if includes:
-        response.output = with_includes(response.output, includes)
+    row, response = await _read_row(database, response_id, tenant, includes)
     body = response.model_dump_json().encode()
     if row.status in TERMINAL_STATUSES:
         cache.put(tenant, response_id, includes, CachedJson(row.updated_at, body))
