@@ -311,9 +311,10 @@ NOTE = (
 
 
 def measure(directory: Path) -> dict[str, Any]:
-    """bench.run's `prefill` part: 2k, 8k and 16k-token prompts, two rounds, ours against llama-server and raw."""
+    """bench.run's `prefill` part: 2k, 8k and 16k-token prompts, one round (about 12 minutes on the quiet 2-core
+    VM; `python -m bench.prefill --rounds 2` for two), ours against llama-server and raw."""
     peer = DEFAULT_LLAMA_SERVER if DEFAULT_LLAMA_SERVER.is_file() else None
-    measured = measure_sides(directory, SIZES, 2, peer)
+    measured = measure_sides(directory, SIZES, 1, peer)
     return {"n_ctx": N_CTX, "threads": THREADS, "sizes": measured, "figures": figures(measured)}
 
 
