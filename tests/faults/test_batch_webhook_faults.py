@@ -10,6 +10,7 @@ after 2 s (RESPONSES_WEBHOOK_TIMEOUT_S), so a dead deliverer's claim (6 timeouts
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -110,8 +111,9 @@ def wait_for_batch(client: openai.OpenAI, batch_id: str, until: Any, timeout_s: 
 
 
 def running_holder(cluster: Cluster, candidates: list[ServerProcess]) -> tuple[ServerProcess, list[str], list[str]]:
-    """A worker holding the lease of a line's running response now; the responses it holds running, and those it
-    has claimed but not started."""
+    """A worker holding the lease of a line's running response now, frozen (SIGSTOP, for the caller to kill); the
+    responses it holds running, and those it has claimed but not started. Read once it is frozen: a worker still
+    running could claim another line between the read and the kill (a CI run met one on a loaded machine)."""
     ids = {worker_id(worker): worker for worker in candidates}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -121,6 +123,9 @@ def running_holder(cluster: Cluster, candidates: list[ServerProcess]) -> tuple[S
         )
         for row in rows:
             if row["lease_owner"] in ids:
+                frozen = ids[row["lease_owner"]]
+                assert frozen.process is not None
+                frozen.process.send_signal(signal.SIGSTOP)
                 held = db_rows(
                     cluster.database_url,
                     "SELECT id, status FROM responses WHERE lease_owner = $1 AND status IN ('queued', 'in_progress')",
@@ -128,7 +133,9 @@ def running_holder(cluster: Cluster, candidates: list[ServerProcess]) -> tuple[S
                 )
                 running = [found["id"] for found in held if found["status"] == "in_progress"]
                 claimed = [found["id"] for found in held if found["status"] == "queued"]
-                return ids[row["lease_owner"]], running, claimed
+                if running:
+                    return frozen, running, claimed
+                frozen.process.send_signal(signal.SIGCONT)  # its line ended before it froze: look again
         time.sleep(0.05)
     raise AssertionError("no worker held a running line")
 
