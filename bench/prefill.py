@@ -123,7 +123,8 @@ def cpu_s(pid: int) -> float:
 
 
 def ours_prefill(server: ServerProcess, model: str, prompt: Prompt, store: bool | None) -> dict[str, float]:
-    """A streamed create on our server: seconds to the first text delta, and the prompt tokens it read."""
+    """A streamed create on our server: seconds to the first text delta (or to the end, when the first token ends
+    the answer), and the prompt tokens it read."""
     assert server.process is not None
     with sdk_client(server.base_url) as client:
         cpu = cpu_s(server.process.pid)
@@ -144,6 +145,9 @@ def ours_prefill(server: ServerProcess, model: str, prompt: Prompt, store: bool 
                     cpu = cpu_s(server.process.pid) - cpu
                 elif event.type in ("response.completed", "response.incomplete") and event.response.usage is not None:
                     input_tokens = event.response.usage.input_tokens
+                    if not first:  # its first token ended the answer (past its trained context the model may stop)
+                        first = time.perf_counter()
+                        cpu = cpu_s(server.process.pid) - cpu
     if not first or input_tokens != len(prompt.tokens):
         raise RuntimeError(f"our server read {input_tokens} tokens (expected {len(prompt.tokens)}) or wrote none")
     seconds = first - started
