@@ -30,7 +30,7 @@ from typing import Any
 
 from app.config import Settings
 from app.testing.servers import ServerProcess
-from bench.peers import LlamaServer, kv_bytes_per_token
+from bench.peers import LlamaServer, embedded, kv_bytes_per_token
 from bench.workloads import concurrent_streams, conversations, sdk_client
 
 THREADS = 2
@@ -55,17 +55,10 @@ def rss_mb(pid: int) -> float:
 
 @contextmanager
 def ours(directory: Path, sequences: int) -> Iterator[ServerProcess]:
-    env = {
-        "RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/kv-pool.db",
-        "RESPONSES_N_THREADS": str(THREADS),
-        "RESPONSES_KV_POOL_TOKENS": str(pool_tokens()),
-        "RESPONSES_WORKER_CONCURRENCY": str(sequences),
-    }
-    server = ServerProcess(env, directory / "kv-pool-server.log").start()
-    try:
+    with embedded(
+        directory, "kv-pool", THREADS, kv_pool_tokens=str(pool_tokens()), worker_concurrency=str(sequences)
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def bench(

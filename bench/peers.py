@@ -169,6 +169,22 @@ class ServicesMissing(RuntimeError):
     """Postgres or Redis could not be reached: the distributed figures are left out, the rest still runs."""
 
 
+@contextmanager
+def embedded(directory: Path, name: str, threads: int, **settings: str) -> Iterator[ServerProcess]:
+    """Our embedded server on a SQLite file of its own (`name`.db, its log `name`-server.log), with `threads`
+    llama.cpp threads and the RESPONSES_* `settings` (given without the prefix), stopped when the block ends."""
+    env = {
+        "RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/{name}.db",
+        "RESPONSES_N_THREADS": str(threads),
+        **{f"RESPONSES_{key.upper()}": value for key, value in settings.items()},
+    }
+    server = ServerProcess(env, directory / f"{name}-server.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @dataclass(frozen=True)
 class Cluster:
     api: ServerProcess

@@ -47,7 +47,7 @@ from app.generation import engine
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.testing.servers import ServerProcess
-from bench.peers import LlamaServer
+from bench.peers import LlamaServer, embedded
 from bench.workloads import sdk_client, store_argument
 
 SIZES = (2048, 8000, 16384)
@@ -221,16 +221,8 @@ class RawLlama:
 
 @contextmanager
 def our_server(directory: Path) -> Iterator[ServerProcess]:
-    env = {
-        "RESPONSES_DATABASE_URL": f"sqlite+aiosqlite:///{directory}/prefill.db",
-        "RESPONSES_N_THREADS": str(THREADS),
-        "RESPONSES_N_CTX": str(N_CTX),
-    }
-    server = ServerProcess(env, directory / "prefill-server.log").start()
-    try:
+    with embedded(directory, "prefill", THREADS, n_ctx=str(N_CTX)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def best(samples: list[dict[str, float]]) -> dict[str, Any]:
