@@ -93,12 +93,14 @@ async def claim_key(
     what the key's first request made. While that one still runs, wait up to RESPONSES_IDEMPOTENCY_WAIT_S, then
     a 409 `idempotency_key_in_use`; another request with the key is a 409 `idempotency_key_reused`."""
     deadline = time.monotonic() + runtime.settings.idempotency_wait_s
+    first = True
     while True:
-        outcome = await _try_claim(runtime, tenant, keyed, resource_id)
+        outcome = await _try_claim(runtime, tenant, keyed, resource_id, insert_first=first)
         if outcome is not None:
             return outcome
         if time.monotonic() >= deadline:
             raise key_in_use()
+        first = False
         await anyio.sleep(POLL_S)
 
 
@@ -114,20 +116,27 @@ def _claim_values(runtime: Runtime, keyed: KeyedRequest, resource_id: str | None
 
 
 async def _try_claim(
-    runtime: Runtime, tenant: str, keyed: KeyedRequest, resource_id: str | None
+    runtime: Runtime, tenant: str, keyed: KeyedRequest, resource_id: str | None, *, insert_first: bool
 ) -> Claim | Earlier | None:
     """One look at the key: claimed (a new row, or one taken over), what it made, or None while its first request
-    runs (or another request won the race to claim it: the next look says what that one made)."""
+    runs (or another request won the race to claim it: the next look says what that one made). `insert_first`:
+    the first look tries the insert that claims the key at once (a new key, the usual case, is one statement); a
+    request waiting on another reads first (a poll that writes would compete with the request it waits for)."""
     database = runtime.database
     now = utc_now()
-    async with database.read() as session:
-        row = await repository.get_key(session, tenant, keyed.key)
     values = _claim_values(runtime, keyed, resource_id, now)
     claim = Claim(tenant, keyed.key, str(values["claim_id"]), resource_id)
-    if row is None:
+
+    async def insert() -> bool:
         async with database.transaction() as session:
-            won = await repository.insert_claim(session, {"tenant": tenant, "key": keyed.key, **values})
-        return claim if won else None
+            return await repository.insert_claim(session, {"tenant": tenant, "key": keyed.key, **values})
+
+    if insert_first and await insert():
+        return claim
+    async with database.read() as session:
+        row = await repository.get_key(session, tenant, keyed.key)
+    if row is None:  # never there, or released since (its request failed)
+        return claim if await insert() else None
     expired = row.expires_at <= now
     if not expired and row.request_hash != keyed.request_hash:
         raise key_reused()
