@@ -24,10 +24,11 @@ from app.responses import service
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
 from tests.protocol import assert_well_formed_stream
 
-#: The fake model's answer: 20 words a tenth of a second apart, 2 s in all, four times the SDK's timeout below.
+#: The fake model's answer: 20 words a tenth of a second apart, 2 s in all, twice the SDK's timeout below (which
+#: is also the longest a stream may go without an event: a loaded machine's pauses stay under it).
 WORDS = [f"w{index}" for index in range(20)]
 WORD_DELAY_S = 0.1
-TIMEOUT_S = 0.5
+TIMEOUT_S = 1.0
 
 
 class ThreadedServer:
@@ -143,7 +144,7 @@ def test_with_a_key_a_stream_retried_attaches_to_its_response(
     # The server is slow to start the first try's stream (as a busy one is): the SDK times out before its
     # headers and sends the create again, while the first try's response is still being made.
     prepare = service.prepare
-    slow_starts = [1.0]
+    slow_starts = [2 * TIMEOUT_S]
 
     async def slow_prepare(*args: Any, **kwargs: Any) -> Any:
         if slow_starts:
