@@ -229,6 +229,27 @@ class Settings(BaseSettings):
         description="How long the usage table keeps a day's counters (GET /v1/usage), in days from that day; "
         "0 keeps them forever; at most 36500 (100 years).",
     )
+    idempotency_window_hours: float = Field(
+        24.0,
+        gt=0,
+        le=876000,
+        description="How long an Idempotency-Key is remembered, from the first request that sent it: the same key "
+        "with the same body answers what that request answered until then, and is a new create after (purged "
+        "with retention); at most 876000 (100 years).",
+    )
+    idempotency_wait_s: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="How long a create waits for an earlier request with the same Idempotency-Key that is still "
+        "running (a response's: until it is stored) before it answers 409 `idempotency_key_in_use`.",
+    )
+    idempotency_abandoned_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a request may hold its Idempotency-Key without finishing before its process is taken "
+        "for dead and a retry with the key runs the create again.",
+    )
     metrics_max_tenants: int = Field(
         100,
         ge=0,

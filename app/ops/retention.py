@@ -1,7 +1,8 @@
 """Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
 background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
 deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS,
-and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS. This module is the one home of every retention rule.
+and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS; Idempotency-Keys once their window
+(RESPONSES_IDEMPOTENCY_WINDOW_HOURS) ends. This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -27,6 +28,7 @@ from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
 from app.files import repository as files
 from app.files.schemas import OUTPUT_PURPOSE
+from app.idempotency import repository as idempotency
 from app.responses import repository
 from app.usage import repository as usage
 from app.webhooks import repository as webhooks
@@ -57,6 +59,8 @@ class RetentionReport:
     purged_batch_files: int = 0
     #: Delivered or given-up webhook deliveries deleted.
     purged_webhook_deliveries: int = 0
+    #: Idempotency-Keys whose window ended, forgotten.
+    purged_idempotency_keys: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -172,6 +176,16 @@ async def purge_finished_deliveries(database: Database, retention_days: float, *
     )
 
 
+async def purge_expired_idempotency_keys(database: Database, *, batch: int = PURGE_BATCH) -> int:
+    """Forget the Idempotency-Keys whose window ended (a request with one is a new create already: this only
+    bounds the table), in batches; how many. Each key carries its own end, so there is no setting to read here."""
+    now = utc_now()
+    total = await _in_batches(database, lambda session: idempotency.purge_expired(session, now=now, limit=batch))
+    if total:
+        logger.info("forgot %d Idempotency-Keys past their window", total)
+    return total
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
     """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
@@ -183,4 +197,5 @@ async def apply_retention(database: Database, settings: Settings) -> RetentionRe
         purged_batches=await purge_ended_batches(database, settings.retention_days),
         purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
         purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
+        purged_idempotency_keys=await purge_expired_idempotency_keys(database),
     )
