@@ -367,9 +367,12 @@ class Settings(BaseSettings):
 
     outbound_allowed_hosts: str = Field(
         "",
-        description="Hosts that webhook deliveries (and other calls the server makes for a client) may reach although "
-        "they are not public: comma-separated host names, IPs and CIDRs (e.g. 'hooks.internal,10.1.0.0/16'). "
-        "Every other private, loopback, link-local (cloud metadata) or reserved address is refused.",
+        description="Hosts that webhook deliveries and MCP calls (the calls the server makes for a client) may reach "
+        "although they are not public: comma-separated host names, IPs and CIDRs, each with its ports as "
+        "`host:8080`, `host:8000-8100` or `host:*` (e.g. 'hooks.internal:443,10.1.0.0/16,127.0.0.1:9000'); an "
+        "IPv6 one in brackets ('[::1]:9000'). A bare host allows every port, except on this machine: a loopback "
+        "address is reached only through an entry with ports, and a bare loopback entry stops the start-up. Every "
+        "other private, loopback, link-local (cloud metadata) or reserved address is refused.",
     )
     mcp_call_timeout_s: float = Field(
         30.0,
@@ -412,6 +415,36 @@ class Settings(BaseSettings):
         le=60,
         description="How long a webhook delivery attempt waits for the receiver's answer (10 s, as hosted) before it "
         "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
+    )
+    webhook_max_in_flight: int = Field(
+        128,
+        ge=1,
+        description="Webhook delivery attempts one API node or worker has in flight at once (each waits for its "
+        "receiver on its own; a round claims only what free slots take).",
+    )
+    webhook_max_in_flight_per_tenant: int = Field(
+        16,
+        ge=1,
+        description="Of those, the most one tenant's deliveries hold: receivers that never answer delay only their "
+        "own tenant's deliveries, never another's.",
+    )
+    webhook_max_in_flight_per_endpoint: int = Field(
+        4,
+        ge=1,
+        description="Of those, the most one webhook endpoint's deliveries hold (per process: N processes may send N "
+        "times as many to one receiver at once).",
+    )
+    webhook_max_endpoints_per_tenant: int = Field(
+        20,
+        ge=0,
+        description="Webhook endpoints one project may have; creating one more is refused with a 400 "
+        "`webhook_endpoint_limit_reached`. 0: no cap.",
+    )
+    webhook_tests_per_tenant: int = Field(
+        2,
+        ge=0,
+        description="POST /v1/webhook_endpoints/{id}/test requests one tenant may have waiting on receivers at once "
+        "on one API node; one more is a 429. 0: no limit.",
     )
 
     @field_validator("api_keys", mode="before")

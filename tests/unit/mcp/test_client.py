@@ -12,20 +12,20 @@ from app.outbound.addresses import AllowedHosts
 from app.secrets.sealer import ContentSealer
 from app.testing.mcp_server import plain_http_server, tool_server
 
-LOOPBACK = AllowedHosts.parse("127.0.0.1")
+LOOPBACK = AllowedHosts.parse("127.0.0.1:*")
 
 
 async def test_lists_and_calls_through_the_checked_address() -> None:
     async with tool_server() as server:
         named = server.url.replace("127.0.0.1", "localhost")
-        tools = await list_tools(named, {"x-test": "1"}, allowed=AllowedHosts.parse("localhost"), timeout_s=5)
+        tools = await list_tools(named, {"x-test": "1"}, allowed=AllowedHosts.parse("localhost:*"), timeout_s=5)
         assert {tool.name for tool in tools} == {"add", "echo", "slow", "broken"}
         output = await call_tool(
             named,
             {},
             "add",
             {"a": 1, "b": 2},
-            allowed=AllowedHosts.parse("localhost"),
+            allowed=AllowedHosts.parse("localhost:*"),
             timeout_s=5,
             max_output_bytes=100,
         )
@@ -60,7 +60,7 @@ async def test_bounds_fail_the_call_not_the_caller() -> None:
 async def test_a_server_that_speaks_only_sse_is_used_through_the_sse_client() -> None:
     async with tool_server("sse") as server:
         named = server.url.replace("127.0.0.1", "localhost")
-        allowed = AllowedHosts.parse("localhost")
+        allowed = AllowedHosts.parse("localhost:*")
         tools = await list_tools(named, {"x-test": "1"}, allowed=allowed, timeout_s=5)
         assert {tool.name for tool in tools} == {"add", "echo", "slow", "broken"}
         # The streamable handshake (a POST to the stream's URL) was refused; then the stream, then its messages.
@@ -110,7 +110,7 @@ def test_request_servers_are_parsed_sealed_and_redacted() -> None:
             "allowed_tools": {"tool_names": ["a"], "read_only": True},
         },
     ]
-    (server,) = parse_request_servers(tools, allowed_hosts="127.0.0.1", sealer=sealer, tenant="ten")
+    (server,) = parse_request_servers(tools, allowed_hosts="127.0.0.1:*", sealer=sealer, tenant="ten")
     assert server.sealed_headers is not None and "Bearer" not in server.sealed_headers
     assert server.headers(sealer, "ten") == {"Authorization": "Bearer t"}
     assert server.tool_names == ["a"] and server.read_only
