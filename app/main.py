@@ -45,6 +45,7 @@ from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
 from app.ops.periodic import run_periodically
 from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
+from app.outbound.addresses import AllowedHosts
 from app.quotas.stored_bytes import measure_stored_bytes
 from app.read_cache.cache import ResponseJsonCache
 from app.responses import endpoints as responses
@@ -126,6 +127,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # An allow-list that cannot be used stops the start-up before anything runs (AllowedHostsInvalid says why).
+        AllowedHosts.parse(settings.outbound_allowed_hosts)
         if not database_ready:
             await migrations.prepare_database(settings)
         database = Database.connect(settings.database_url)

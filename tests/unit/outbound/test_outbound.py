@@ -279,3 +279,34 @@ async def test_https_goes_to_the_checked_address_with_the_name_as_sni(
         with pytest.raises(OutboundFailed, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
             await post(f"https://hooks.test:{port}/hook", b"{}", {}, allowed=LOOPBACK)
     assert names == ["hooks.test"]
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["worker"]])
+def test_a_bare_loopback_entry_stops_the_start_up_in_one_line(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deployment that allowed `127.0.0.1` for one receiver (every port of this machine, before) does not start
+    until the entry names its ports; the message says how."""
+    from app import cli
+
+    monkeypatch.setenv("RESPONSES_OUTBOUND_ALLOWED_HOSTS", "hooks.internal:443, 127.0.0.1")
+    monkeypatch.setenv("RESPONSES_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    if command == ["worker"]:
+        monkeypatch.setenv("RESPONSES_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert cli.main(command) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "RESPONSES_OUTBOUND_ALLOWED_HOSTS: '127.0.0.1'" in line and "'127.0.0.1:8080'" in line
+
+
+async def test_an_app_with_a_bare_loopback_entry_does_not_start(tmp_path: Path) -> None:
+    from app.config import Settings
+    from app.main import create_app
+    from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
+
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'x.db'}", outbound_allowed_hosts="::1", _env_file=None
+    )
+    app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
+    with pytest.raises(AllowedHostsInvalid, match=r"'\[::1\]:\*'"):
+        async with app.router.lifespan_context(app):
+            pass

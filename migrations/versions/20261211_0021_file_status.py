@@ -1,0 +1,28 @@
+"""a file's status: `uploading` while an upload writes its chunks in transactions of their own (no read finds it),
+`processed` once whole; every file before this one was written whole in one transaction
+
+Revision ID: 20261211_0021
+Revises: 20261210_0020
+Create Date: 2026-12-11
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "20261211_0021"
+down_revision = "20261210_0020"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("files", recreate="never") as batch:
+        batch.add_column(sa.Column("status", sa.String(16), nullable=False, server_default="processed"))
+
+
+def downgrade() -> None:
+    # In place (SQLite >= 3.35 has DROP COLUMN): a rebuild would cascade-delete the chunks through their key.
+    with op.batch_alter_table("files", recreate="never") as batch:
+        batch.drop_column("status")
