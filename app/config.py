@@ -384,7 +384,23 @@ class Settings(BaseSettings):
         65536,
         ge=1,
         description="The most an MCP tool call may return (its output as text, in UTF-8 bytes); a longer output fails "
-        "that call.",
+        "that call. Its answer is counted as it arrives and cut at six times this (JSON's worst escaping) plus 64 "
+        "KiB, so that a far longer one is never read whole.",
+    )
+    mcp_max_list_pages: int = Field(
+        32,
+        ge=1,
+        description="Pages of an MCP server's tool list (`tools/list` calls, each with the cursor the last named) "
+        "read at most; a server whose list goes on fails that listing.",
+    )
+    mcp_max_tools: int = Field(
+        256, ge=1, description="Tools one MCP server may list; a server that lists more fails that listing."
+    )
+    mcp_max_list_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Bytes an MCP server's tool listing may send in all (its pages and the session's handshake), "
+        "counted as they arrive: the listing fails the moment it passes them, never read whole.",
     )
     mcp_max_calls: int = Field(
         16,
