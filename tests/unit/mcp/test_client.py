@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from app.errors import InvalidRequest
 from app.mcp.client import ListBounds, McpFailed, call_tool, list_tools
 from app.mcp.servers import McpServer, McpSetup, parse_request_servers, redacted
 from app.outbound.addresses import AllowedHosts
@@ -200,3 +201,15 @@ async def test_a_hostile_servers_answer_is_one_log_line_and_never_shown_back(cap
     for record in records:
         assert record.exc_info is None and "\n" not in record.getMessage(), record.getMessage()
         assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://mcp.example.com/mcp\r\nX-Injected: 1", "https://mcp.example.com/\x00", "https://mcp.example.com/\tx"],
+)
+def test_a_server_url_with_control_characters_is_a_400_naming_it(url: str) -> None:
+    tools = [{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "s", "server_url": url}]
+    with pytest.raises(InvalidRequest) as refused:
+        parse_request_servers(tools, allowed_hosts="", sealer=ContentSealer([b"k" * 32]), tenant="ten")
+    assert refused.value.param == "tools[1].server_url" and refused.value.code == "invalid_url"
+    assert "control characters" in refused.value.message
