@@ -39,6 +39,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from app.outbound.addresses import AllowedHosts, IpAddress, OutboundRefused, check_url, resolve
+from app.outbound.client import tls_context
 
 
 class McpFailed(Exception):
@@ -152,7 +153,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
     """Sends every request to `address` (checked), whatever its URL's host says: the name stays in Host and SNI."""
 
     def __init__(self, address: IpAddress, host: str, budget: ByteBudget) -> None:
-        self._inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
+        self._inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0, verify=tls_context())
         self._address = address
         self._host = host
         self._budget = budget
