@@ -38,9 +38,10 @@ WRITE_EVERY_S = 0.02
 async def _uploader(database_url: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(database_url=database_url, model_id="m", batch_interval_s=3600, _env_file=None)
     app = create_app(settings, fake_generation(FakeRenderer(), FakeRunner()))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://b", timeout=600
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://b", timeout=600) as client,
+    ):
         yield client
 
 
