@@ -367,12 +367,9 @@ class Settings(BaseSettings):
 
     outbound_allowed_hosts: str = Field(
         "",
-        description="Hosts that webhook deliveries and MCP calls (the calls the server makes for a client) may reach "
-        "although they are not public: comma-separated host names, IPs and CIDRs, each with its ports as "
-        "`host:8080`, `host:8000-8100` or `host:*` (e.g. 'hooks.internal:443,10.1.0.0/16,127.0.0.1:9000'); an "
-        "IPv6 one in brackets ('[::1]:9000'). A bare host allows every port, except on this machine: a loopback "
-        "address is reached only through an entry with ports, and a bare loopback entry stops the start-up. Every "
-        "other private, loopback, link-local (cloud metadata) or reserved address is refused.",
+        description="Non-public hosts webhooks and MCP calls may reach: names, IPs, CIDRs with their ports "
+        "('hooks.internal:443,10.1.0.0/16,127.0.0.1:9000,[::1]:*'). A bare host allows every port but never this "
+        "machine's (a bare loopback entry stops the start-up); other private or reserved addresses are refused.",
     )
     mcp_call_timeout_s: float = Field(
         30.0,
@@ -384,23 +381,12 @@ class Settings(BaseSettings):
         65536,
         ge=1,
         description="The most an MCP tool call may return (its output as text, in UTF-8 bytes); a longer output fails "
-        "that call. Its answer is counted as it arrives and cut at six times this (JSON's worst escaping) plus 64 "
-        "KiB, so that a far longer one is never read whole.",
+        "that call. Its answer is cut as it arrives at 6 times this plus 64 KiB, never read whole.",
     )
-    mcp_max_list_pages: int = Field(
-        32,
-        ge=1,
-        description="Pages of an MCP server's tool list (`tools/list` calls, each with the cursor the last named) "
-        "read at most; a server whose list goes on fails that listing.",
-    )
-    mcp_max_tools: int = Field(
-        256, ge=1, description="Tools one MCP server may list; a server that lists more fails that listing."
-    )
+    mcp_max_list_pages: int = Field(32, ge=1, description="Pages of an MCP tool list read; past them, it fails.")
+    mcp_max_tools: int = Field(256, ge=1, description="Tools an MCP server may list; past them, its listing fails.")
     mcp_max_list_bytes: int = Field(
-        4 * 1024 * 1024,
-        ge=1024,
-        description="Bytes an MCP server's tool listing may send in all (its pages and the session's handshake), "
-        "counted as they arrive: the listing fails the moment it passes them, never read whole.",
+        4 * 1024 * 1024, ge=1024, description="Bytes an MCP tool listing may send, counted as they arrive."
     )
     mcp_max_calls: int = Field(
         16,
@@ -432,35 +418,16 @@ class Settings(BaseSettings):
         description="How long a webhook delivery attempt waits for the receiver's answer (10 s, as hosted) before it "
         "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
     )
-    webhook_max_in_flight: int = Field(
-        128,
-        ge=1,
-        description="Webhook delivery attempts one API node or worker has in flight at once (each waits for its "
-        "receiver on its own; a round claims only what free slots take).",
-    )
+    webhook_max_in_flight: int = Field(128, ge=1, description="Webhook attempts one process has in flight at once.")
     webhook_max_in_flight_per_tenant: int = Field(
-        16,
-        ge=1,
-        description="Of those, the most one tenant's deliveries hold: receivers that never answer delay only their "
-        "own tenant's deliveries, never another's.",
+        16, ge=1, description="Of those, one tenant's at most: its hanging receivers delay no other tenant."
     )
-    webhook_max_in_flight_per_endpoint: int = Field(
-        4,
-        ge=1,
-        description="Of those, the most one webhook endpoint's deliveries hold (per process: N processes may send N "
-        "times as many to one receiver at once).",
-    )
+    webhook_max_in_flight_per_endpoint: int = Field(4, ge=1, description="Of those, one endpoint's at most.")
     webhook_max_endpoints_per_tenant: int = Field(
-        20,
-        ge=0,
-        description="Webhook endpoints one project may have; creating one more is refused with a 400 "
-        "`webhook_endpoint_limit_reached`. 0: no cap.",
+        20, ge=0, description="Webhook endpoints a project may have (a 400 past them). 0: no cap."
     )
     webhook_tests_per_tenant: int = Field(
-        2,
-        ge=0,
-        description="POST /v1/webhook_endpoints/{id}/test requests one tenant may have waiting on receivers at once "
-        "on one API node; one more is a 429. 0: no limit.",
+        2, ge=0, description="Endpoint tests a tenant may have waiting at once on a node (a 429 past). 0: no limit."
     )
 
     @field_validator("api_keys", mode="before")
