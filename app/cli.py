@@ -18,6 +18,7 @@ from app.generation.types import ModelLoadError
 from app.keys import cli as keys_cli
 from app.keys import projects_cli
 from app.ops.operator_cli import add_commands
+from app.outbound.addresses import AllowedHosts, AllowedHostsInvalid
 
 
 def _fail(message: object) -> int:
@@ -26,7 +27,12 @@ def _fail(message: object) -> int:
 
 
 def _preflight(settings: Settings) -> str | None:
-    """Why this process cannot start (models that cannot be served, an old schema), in one line; None when it can."""
+    """Why this process cannot start (an allow-list it cannot use, models that cannot be served, an old schema), in
+    one line; None when it can."""
+    try:
+        AllowedHosts.parse(settings.outbound_allowed_hosts)
+    except AllowedHostsInvalid as error:
+        return str(error)
     try:
         load_registry(settings)  # API nodes need the models too (their vocabularies)
         asyncio.run(prepare_database(settings))

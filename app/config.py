@@ -388,9 +388,9 @@ class Settings(BaseSettings):
 
     outbound_allowed_hosts: str = Field(
         "",
-        description="Hosts that webhook deliveries (and other calls the server makes for a client) may reach although "
-        "they are not public: comma-separated host names, IPs and CIDRs (e.g. 'hooks.internal,10.1.0.0/16'). "
-        "Every other private, loopback, link-local (cloud metadata) or reserved address is refused.",
+        description="Non-public hosts webhooks and MCP calls may reach: names, IPs, CIDRs with their ports "
+        "('hooks.internal:443,10.1.0.0/16,127.0.0.1:9000,[::1]:*'). A bare host allows every port but never this "
+        "machine's (a bare loopback entry stops the start-up); other private or reserved addresses are refused.",
     )
     mcp_call_timeout_s: float = Field(
         30.0,
@@ -402,7 +402,12 @@ class Settings(BaseSettings):
         65536,
         ge=1,
         description="The most an MCP tool call may return (its output as text, in UTF-8 bytes); a longer output fails "
-        "that call.",
+        "that call. Its answer is cut as it arrives at 6 times this plus 64 KiB, never read whole.",
+    )
+    mcp_max_list_pages: int = Field(32, ge=1, description="Pages of an MCP tool list read; past them, it fails.")
+    mcp_max_tools: int = Field(256, ge=1, description="Tools an MCP server may list; past them, its listing fails.")
+    mcp_max_list_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Bytes an MCP tool listing may send, counted as they arrive."
     )
     mcp_max_calls: int = Field(
         16,
@@ -433,6 +438,17 @@ class Settings(BaseSettings):
         le=60,
         description="How long a webhook delivery attempt waits for the receiver's answer (10 s, as hosted) before it "
         "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
+    )
+    webhook_max_in_flight: int = Field(128, ge=1, description="Webhook attempts one process has in flight at once.")
+    webhook_max_in_flight_per_tenant: int = Field(
+        16, ge=1, description="Of those, one tenant's at most: its hanging receivers delay no other tenant."
+    )
+    webhook_max_in_flight_per_endpoint: int = Field(4, ge=1, description="Of those, one endpoint's at most.")
+    webhook_max_endpoints_per_tenant: int = Field(
+        20, ge=0, description="Webhook endpoints a project may have (a 400 past them). 0: no cap."
+    )
+    webhook_tests_per_tenant: int = Field(
+        2, ge=0, description="Endpoint tests a tenant may have waiting at once on a node (a 429 past). 0: no limit."
     )
 
     @field_validator("api_keys", mode="before")

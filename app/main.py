@@ -45,6 +45,7 @@ from app.observability.requests import RequestObservation
 from app.ops import endpoints as ops
 from app.ops.periodic import run_periodically
 from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
+from app.outbound.addresses import AllowedHosts
 from app.quotas.stored_bytes import measure_stored_bytes
 from app.read_cache.cache import ResponseJsonCache
 from app.responses import endpoints as responses
@@ -126,6 +127,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # An allow-list that cannot be used stops the start-up before anything runs (AllowedHostsInvalid says why).
+        AllowedHosts.parse(settings.outbound_allowed_hosts)
         if not database_ready:
             await migrations.prepare_database(settings)
         database = Database.connect(settings.database_url)
@@ -147,6 +150,7 @@ def create_app(
             sealer=sealer,
             slots=TenantSlots(settings.max_concurrent_requests_per_tenant),
             sockets=TenantSlots(settings.max_websockets_per_tenant, what="WebSocket connections open"),
+            webhook_tests=TenantSlots(settings.webhook_tests_per_tenant, what="webhook endpoint tests running"),
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
             policy=policy,
@@ -174,7 +178,8 @@ def create_app(
         deliverer = WebhookDeliverer(database, sealer, settings)
         interval_s = settings.webhook_delivery_interval_s
         # The first round one interval after start, not at once: the start-up (reconciliation) goes first.
-        deliver = run_periodically("delivering webhooks", interval_s, deliverer.run_round, first_delay_s=interval_s)
+        # A round starts attempts and waits for none: each holds only its tenant's and endpoint's slots.
+        deliver = run_periodically("delivering webhooks", interval_s, deliverer.start_round, first_delay_s=interval_s)
         maintenance.append(asyncio.create_task(deliver))
         # Batches advance on every API node (they submit lines through this node's queue); their steps are
         # conditional UPDATEs, safe with several nodes at once.
@@ -194,6 +199,7 @@ def create_app(
             for task in maintenance:
                 task.cancel()
             await asyncio.gather(*maintenance, return_exceptions=True)
+            await deliverer.close()
             await queue.close()
             await limits.close()
             await database.dispose()

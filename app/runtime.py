@@ -40,6 +40,8 @@ class Runtime:
     #: WebSocket connections each tenant has open here (a limit of their own: an open connection takes one of
     #: `slots` only while a response runs on it).
     sockets: TenantSlots = field(default_factory=lambda: TenantSlots(0, what="WebSocket connections open"))
+    #: Webhook endpoint tests each tenant has waiting on a receiver here (each may wait the delivery timeout).
+    webhook_tests: TenantSlots = field(default_factory=lambda: TenantSlots(0, what="webhook endpoint tests running"))
     #: Requests and tokens per minute of each tenant (off unless set; shared through Redis in distributed mode).
     limits: TenantRateLimits = field(default_factory=lambda: TenantRateLimits(MemoryBucketStore()))
     #: The limits of each tenant: its project's own, else the server's settings (`limits` asks the same policy).

@@ -163,7 +163,7 @@ async def startup(
             run_periodically,
             "delivering webhooks",
             settings.webhook_delivery_interval_s,
-            runtime.webhooks.run_round,
+            runtime.webhooks.start_round,
             first_delay_s=settings.webhook_delivery_interval_s,
         ),
     }

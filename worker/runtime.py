@@ -90,6 +90,7 @@ class WorkerRuntime:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.webhooks.close()
         with contextlib.suppress(Exception):
             await unregister_worker(self.redis, self.worker_id, self.models)
         await self.pool.close()

@@ -115,8 +115,15 @@ async def create_batch(runtime: Runtime, tenant: str, body: CreateBatchRequest) 
     )
     async with runtime.database.transaction() as session:
         stored = await files.get_file(session, body.input_file_id, tenant)
-        if stored is None or stored.purpose != "batch":  # another tenant's file, or not a batch input
+        if stored is None:  # no such file, or another tenant's
             raise NotFound(f"No such File object: {body.input_file_id[:64]}", param="input_file_id")
+        if stored.purpose != "batch":
+            raise InvalidRequest(
+                f"Invalid 'input_file_id': file {stored.id} has purpose '{stored.purpose}'; a batch's input file must "
+                "be uploaded with purpose 'batch'.",
+                param="input_file_id",
+                code="invalid_file_purpose",
+            )
         await repository.insert_batch(session, row)
         await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.metadata_))
     return batch_object(row)

@@ -51,8 +51,8 @@ async def _upload_chunks(upload: UploadFile) -> AsyncIterator[bytes]:
 )
 async def create_file(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> FileObject | Response:
     # Starlette spools the file part to a temporary file past 1 MiB: it is never held whole in memory.
-    # NOTE: spooled first, then copied into the database a chunk at a time in one short unit of work, rather than
-    # written as it arrives: a slow client would otherwise hold a transaction (SQLite's one writer) open.
+    # NOTE: spooled first, then copied into the database a chunk a transaction (files/storage.store_upload), rather
+    # than written as it arrives: a slow client would otherwise hold SQLite's one writer between its chunks.
     async with request.form(max_files=1, max_fields=8) as form:
         purpose = form.get("purpose")
         upload = form.get("file")

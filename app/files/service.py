@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from functools import partial
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.models import FileRow
 from app.db.session import Database
 from app.errors import InvalidRequest, NotFound
 from app.files import repository
 from app.files.schemas import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileDeleted, FileList, FileObject
-from app.files.storage import FileWriter, read_chunks
+from app.files.storage import read_chunks, store_upload
 from app.quotas.stored_bytes import charge_stored_bytes
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
@@ -60,16 +62,29 @@ def check_purpose(purpose: str | None) -> str:
 async def upload_file(
     runtime: Runtime, tenant: str, *, purpose: str, filename: str, content: AsyncIterator[bytes]
 ) -> FileObject:
-    """Store the upload's bytes as they come (whole or not at all: one unit of work); over the size limit, a 413."""
+    """Store the upload's bytes a chunk a transaction (storage.store_upload: whole or not at all, and visible only
+    once whole); over the size limit, a 413; past the stored-bytes quota, a 429 (either: nothing left behind)."""
     limit = runtime.settings.file_max_bytes
-    async with runtime.database.transaction() as session:
-        writer = FileWriter(session, tenant=tenant, purpose=purpose, filename=filename[:MAX_FILENAME_CHARS])
+
+    async def within_limit() -> AsyncIterator[bytes]:
+        size = 0
         async for data in content:
-            if writer.row.bytes + len(data) > limit:
+            size += len(data)
+            if size > limit:
                 raise request_too_large(limit)
-            await writer.write(data)
-        row = await writer.close()
+            yield data
+
+    async def charge(session: AsyncSession, row: FileRow) -> None:
         await charge_stored_bytes(session, runtime, tenant, lambda: row.bytes + len(row.filename))
+
+    row = await store_upload(
+        runtime.database,
+        tenant=tenant,
+        purpose=purpose,
+        filename=filename[:MAX_FILENAME_CHARS],
+        content=within_limit(),
+        finish=charge,
+    )
     return file_object(row)
 
 

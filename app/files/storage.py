@@ -1,9 +1,11 @@
-"""A file's bytes in and out, a chunk at a time: written into the caller's unit of work (an upload's, or a batch's
-finalizing one, so that a file is whole or absent), read back one chunk a query (never the whole file in memory)."""
+"""A file's bytes in and out, a chunk at a time: an upload's a chunk a transaction under a row no read finds until
+it is whole (`store_upload`), a batch's output into its finalizing unit of work (`FileWriter`); read back one chunk
+a query (never the whole file in memory)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -51,6 +53,69 @@ class FileWriter:
     async def _flush_chunk(self, data: bytes) -> None:
         await repository.insert_chunk(self.session, self.row.id, self._chunks, data)
         self._chunks += 1
+
+
+async def store_upload(
+    database: Database,
+    *,
+    tenant: str,
+    purpose: str,
+    filename: str,
+    content: AsyncIterator[bytes],
+    finish: Callable[[AsyncSession, FileRow], Awaitable[None]],
+) -> FileRow:
+    """The upload's bytes written a chunk a transaction, so that SQLite's one writer is held for one chunk's insert
+    at a time, never for the whole file (other tenants' writes go between them), under a row marked `uploading`
+    that no read finds. The last transaction sets its size, makes it visible and runs `finish` (the quota's charge)
+    with it. A failed upload (`content` raising: too large, a dropped client; `finish` refusing; a database error)
+    deletes what it wrote before the error goes on; a process that dies mid-upload leaves a row no read finds, which
+    retention drops (app/ops/retention.py)."""
+    row = FileRow(
+        id=new_id("file"),
+        tenant=tenant,
+        purpose=purpose,
+        filename=filename,
+        bytes=0,
+        status=repository.UPLOADING,
+        created_at=utc_now(),
+    )
+    async with database.transaction() as session:
+        await repository.insert_file(session, row)
+    try:
+        size = await _write_chunks(database, row.id, content)
+        async with database.transaction() as session:
+            if not await repository.complete_upload(session, row.id, size):
+                raise RuntimeError(f"the upload {row.id} was removed while it was written")
+            row.bytes, row.status = size, repository.PROCESSED
+            await finish(session, row)
+    except BaseException:
+        # Shielded: a client that left cancels the request, and its half-written file must go all the same.
+        await asyncio.shield(_discard(database, row.id))
+        raise
+    return row
+
+
+async def _write_chunks(database: Database, file_id: str, content: AsyncIterator[bytes]) -> int:
+    """`content` as CHUNK_BYTES rows, each in its own transaction; how many bytes."""
+    buffer = bytearray()
+    size = position = 0
+    async for data in content:
+        buffer += data
+        size += len(data)
+        while len(buffer) >= CHUNK_BYTES:
+            async with database.transaction() as session:
+                await repository.insert_chunk(session, file_id, position, bytes(buffer[:CHUNK_BYTES]))
+            del buffer[:CHUNK_BYTES]
+            position += 1
+    if buffer:
+        async with database.transaction() as session:
+            await repository.insert_chunk(session, file_id, position, bytes(buffer))
+    return size
+
+
+async def _discard(database: Database, file_id: str) -> None:
+    async with database.transaction() as session:
+        await repository.discard_upload(session, file_id)
 
 
 async def read_chunks(database: Database, file_id: str) -> AsyncIterator[bytes]:

@@ -10,7 +10,7 @@ from typing import Any
 from app.config import Settings
 from app.db.session import Database
 from app.mcp import client
-from app.mcp.client import ListedTool, McpFailed
+from app.mcp.client import DEFAULT_LIST_BOUNDS, ListBounds, ListedTool, McpFailed
 from app.mcp.servers import McpServer
 from app.outbound.addresses import AllowedHosts
 from app.secrets.keys import load_sealer
@@ -24,6 +24,7 @@ class McpCaller:
         *,
         timeout_s: float,
         max_output_bytes: int,
+        list_bounds: ListBounds = DEFAULT_LIST_BOUNDS,
         sealer: ContentSealer | None = None,
         settings: Settings | None = None,
         database: Database | None = None,
@@ -31,6 +32,7 @@ class McpCaller:
         self.allowed = allowed
         self.timeout_s = timeout_s
         self.max_output_bytes = max_output_bytes
+        self.list_bounds = list_bounds
         self._sealer = sealer
         self._settings = settings
         self._database = database
@@ -42,6 +44,11 @@ class McpCaller:
             AllowedHosts.parse(settings.outbound_allowed_hosts),
             timeout_s=settings.mcp_call_timeout_s,
             max_output_bytes=settings.mcp_max_output_bytes,
+            list_bounds=ListBounds(
+                max_pages=settings.mcp_max_list_pages,
+                max_tools=settings.mcp_max_tools,
+                max_bytes=settings.mcp_max_list_bytes,
+            ),
             sealer=sealer,
             settings=settings,
             database=database,
@@ -60,7 +67,9 @@ class McpCaller:
 
     async def list_tools(self, server: McpServer, tenant: str) -> list[ListedTool]:
         headers = await self._headers(server, tenant)
-        return await client.list_tools(server.url, headers, allowed=self.allowed, timeout_s=self.timeout_s)
+        return await client.list_tools(
+            server.url, headers, allowed=self.allowed, timeout_s=self.timeout_s, bounds=self.list_bounds
+        )
 
     async def call(self, server: McpServer, tenant: str, name: str, arguments: str) -> str:
         """The tool's output; McpFailed for arguments that are not a JSON object, or a call that fails."""

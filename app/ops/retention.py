@@ -41,6 +41,8 @@ PRUNE_BATCH = 100
 PURGE_BATCH = 200
 #: Batches, files or webhook deliveries one transaction deletes (a file with its chunks of up to 1 MiB each).
 ROWS_BATCH = 100
+#: How old a half-written upload is when retention drops it (its process died mid-upload).
+ABANDONED_UPLOAD_DAYS = 1.0
 #: How often the embedded server and the workers prune.
 PRUNE_INTERVAL_S = 600.0
 
@@ -61,6 +63,8 @@ class RetentionReport:
     purged_webhook_deliveries: int = 0
     #: Idempotency-Keys whose window ended, forgotten.
     purged_idempotency_keys: int = 0
+    #: Uploads left half-written by a process that died, deleted with their bytes.
+    purged_abandoned_uploads: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -165,6 +169,17 @@ async def purge_batch_files(database: Database, retention_days: float, *, batch:
     )
 
 
+async def purge_abandoned_uploads(database: Database, *, batch: int = ROWS_BATCH) -> int:
+    """Delete the uploads a process left half-written when it died (no read ever finds them) once they are a day
+    old: an upload that old is not still being written. How many."""
+    return await _purge_created_before(
+        database,
+        ABANDONED_UPLOAD_DAYS,
+        "abandoned uploads",
+        lambda session, before: files.purge_files(session, status=files.UPLOADING, created_before=before, limit=batch),
+    )
+
+
 async def purge_finished_deliveries(database: Database, retention_days: float, *, batch: int = ROWS_BATCH) -> int:
     """Delete delivered and given-up webhook deliveries created more than `retention_days` ago, in batches; how
     many. A pending one stays however old (its retry window gives it up first). 0 days keeps everything."""
@@ -198,4 +213,5 @@ async def apply_retention(database: Database, settings: Settings) -> RetentionRe
         purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
         purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
         purged_idempotency_keys=await purge_expired_idempotency_keys(database),
+        purged_abandoned_uploads=await purge_abandoned_uploads(database),
     )

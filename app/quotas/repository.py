@@ -101,7 +101,7 @@ MEASURES: dict[str, Select[str, int]] = {
     ),
     "webhook_deliveries": _per_tenant(
         WebhookDeliveryRow.tenant,
-        _characters(WebhookDeliveryRow.body, WebhookDeliveryRow.last_error, WebhookDeliveryRow.last_response_excerpt),
+        _characters(WebhookDeliveryRow.body, WebhookDeliveryRow.last_error),
     ),
 }
 

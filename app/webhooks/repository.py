@@ -4,10 +4,11 @@ deliveries (one process an attempt), an attempt's outcome, and the pages of both
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import WebhookDeliveryRow, WebhookEndpointRow
@@ -24,6 +25,18 @@ def _updated(result: object) -> int:
 async def insert_endpoint(session: AsyncSession, row: WebhookEndpointRow) -> None:
     session.add(row)
     await session.flush()
+
+
+async def lock_tenant_endpoints(session: AsyncSession, tenant: str) -> None:
+    """Serialise the tenant's endpoint creates until the commit, so that a count after an insert sees every other
+    one: on Postgres a transaction-scoped advisory lock; SQLite's insert already takes its one writer lock."""
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("webhook_endpoints:" + tenant))))
+
+
+async def count_endpoints(session: AsyncSession, tenant: str) -> int:
+    query = select(func.count()).select_from(WebhookEndpointRow).where(WebhookEndpointRow.tenant == tenant)
+    return int((await session.execute(query)).scalar_one())
 
 
 async def get_endpoint(session: AsyncSession, endpoint_id: str, tenant: str) -> WebhookEndpointRow | None:
@@ -112,24 +125,68 @@ async def insert_deliveries(session: AsyncSession, rows: Sequence[WebhookDeliver
     await session.flush()
 
 
-async def claim_due(
-    session: AsyncSession, *, token: str, now: datetime, claimed_until: datetime, limit: int
-) -> list[WebhookDeliveryRow]:
-    """Claim up to `limit` due deliveries for one attempt each: their next attempt moves to `claimed_until` (when
-    a claimer that died leaves them due again) under `token`. The update is conditional on the row being due still,
-    so of two processes claiming at once (SQLite, or Postgres without the row locks) one gets each row; on Postgres
-    SKIP LOCKED also lets them pick different rows instead of waiting on each other."""
-    due = (
-        select(WebhookDeliveryRow.id)
-        .where(WebhookDeliveryRow.status == "pending", WebhookDeliveryRow.next_attempt_at <= now)
-        .order_by(WebhookDeliveryRow.next_attempt_at)
-        .limit(limit)
+@dataclass(frozen=True, slots=True)
+class ClaimBounds:
+    """How many deliveries a claim may take: in all, and of each tenant and each endpoint (what the claimer has in
+    flight already counted out), so that one tenant's backlog never fills a round another tenant's delivery waits
+    behind."""
+
+    limit: int
+    per_tenant: int
+    per_endpoint: int
+    #: Endpoints and tenants the claimer can take none of now (their slots are all held).
+    busy_endpoints: frozenset[str] = frozenset()
+    busy_tenants: frozenset[str] = frozenset()
+
+
+async def due_fairly(session: AsyncSession, *, now: datetime, bounds: ClaimBounds) -> list[tuple[str, str, str]]:
+    """(id, tenant, endpoint id) of due deliveries, oldest first within each endpoint and each tenant, taken in
+    turns across tenants (every tenant's oldest, then every tenant's second...): at most `per_endpoint` of an
+    endpoint, `per_tenant` of a tenant and `limit` in all. Window functions: SQLite and Postgres alike."""
+    row = WebhookDeliveryRow
+    due = select(row.id, row.tenant, row.endpoint_id, row.next_attempt_at).where(
+        row.status == "pending", row.next_attempt_at <= now
     )
-    if session.get_bind().dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    ids = list((await session.execute(due)).scalars())
+    if bounds.busy_endpoints:
+        due = due.where(row.endpoint_id.not_in(sorted(bounds.busy_endpoints)))
+    if bounds.busy_tenants:
+        due = due.where(row.tenant.not_in(sorted(bounds.busy_tenants)))
+    by_endpoint = due.add_columns(
+        func.row_number().over(partition_by=row.endpoint_id, order_by=(row.next_attempt_at, row.id)).label("rank")
+    ).subquery()
+    kept = select(
+        by_endpoint.c.id,
+        by_endpoint.c.tenant,
+        by_endpoint.c.endpoint_id,
+        by_endpoint.c.next_attempt_at,
+        func.row_number()
+        .over(partition_by=by_endpoint.c.tenant, order_by=(by_endpoint.c.next_attempt_at, by_endpoint.c.id))
+        .label("turn"),
+    ).where(by_endpoint.c.rank <= bounds.per_endpoint)
+    by_tenant = kept.subquery()
+    query = (
+        select(by_tenant.c.id, by_tenant.c.tenant, by_tenant.c.endpoint_id)
+        .where(by_tenant.c.turn <= bounds.per_tenant)
+        .order_by(by_tenant.c.turn, by_tenant.c.next_attempt_at, by_tenant.c.id)
+        .limit(bounds.limit)
+    )
+    return [(found.id, found.tenant, found.endpoint_id) for found in (await session.execute(query)).all()]
+
+
+async def claim(
+    session: AsyncSession, ids: Sequence[str], *, token: str, now: datetime, claimed_until: datetime
+) -> list[WebhookDeliveryRow]:
+    """Claim these deliveries for one attempt each, those still due: their next attempt moves to `claimed_until`
+    (when a claimer that died leaves them due again) under `token`. The update is conditional on the row being due
+    still, so of two processes claiming at once (SQLite, or Postgres without the row locks) one gets each row; on
+    Postgres SKIP LOCKED also lets them pass over the rows another is claiming instead of waiting on it."""
     if not ids:
         return []
+    if session.get_bind().dialect.name == "postgresql":
+        lock = select(WebhookDeliveryRow.id).where(WebhookDeliveryRow.id.in_(ids)).with_for_update(skip_locked=True)
+        ids = list((await session.execute(lock)).scalars())
+        if not ids:
+            return []
     await session.execute(
         update(WebhookDeliveryRow)
         .where(

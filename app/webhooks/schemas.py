@@ -129,9 +129,9 @@ class WebhookDelivery(BaseModel):
     next_attempt_at: int | None = None
     delivered_at: int | None = None
     last_status_code: int | None = None
+    #: Why the last attempt failed, in our words (the receiver's status and its standard phrase, or no answer):
+    #: what a receiver answers is never shown back.
     last_error: str | None = None
-    #: The first bytes of the receiver's last answer.
-    last_response_excerpt: str | None = None
 
 
 class WebhookDeliveryList(BaseModel):

@@ -16,6 +16,7 @@ from app.errors import InvalidRequest, NotFound
 from app.ids import new_id
 from app.outbound.addresses import AllowedHosts, OutboundRefused, check_url
 from app.outbound.client import OutboundFailed
+from app.quotas.stored_bytes import charge_stored_bytes, json_size
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 from app.webhooks import repository
@@ -77,7 +78,6 @@ def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
         delivered_at=_seconds(row.delivered_at),
         last_status_code=row.last_status_code,
         last_error=row.last_error,
-        last_response_excerpt=row.last_response_excerpt,
     )
 
 
@@ -102,9 +102,23 @@ async def _owned(session: AsyncSession, endpoint_id: str, tenant: str) -> Webhoo
     return row
 
 
+def _stored_size(row: WebhookEndpointRow) -> int:
+    """What the endpoint's row keeps of the tenant's (as app/quotas measures it)."""
+    return json_size(row.name, row.url, row.event_types, row.sealed_secret, row.previous_sealed_secret)
+
+
+def endpoint_limit_reached(limit: int) -> InvalidRequest:
+    return InvalidRequest(
+        f"This project has {limit} webhook endpoints, the most it may have: delete one before creating another.",
+        code="webhook_endpoint_limit_reached",
+    )
+
+
 async def create_endpoint(
     runtime: Runtime, tenant: str, body: WebhookEndpointCreateRequest
 ) -> WebhookEndpointWithSecret:
+    """A new endpoint, within the project's cap on endpoints (checked after the insert, in its unit of work, so that
+    concurrent creates see each other) and charged to its stored-bytes quota."""
     url = _checked_url(body.url, runtime)
     secret = new_secret()
     now = utc_now()
@@ -120,9 +134,20 @@ async def create_endpoint(
         created_at=now,
         updated_at=now,
     )
+    limit = runtime.settings.webhook_max_endpoints_per_tenant
     async with runtime.database.transaction() as session:
+        await repository.lock_tenant_endpoints(session, tenant)
         await repository.insert_endpoint(session, row)
+        if limit and await repository.count_endpoints(session, tenant) > limit:
+            raise endpoint_limit_reached(limit)
+        await charge_stored_bytes(session, runtime, tenant, lambda: _stored_size(row))
     return _with_secret(row, secret)
+
+
+async def _charge_growth(session: AsyncSession, runtime: Runtime, tenant: str, grown: int) -> None:
+    """An update that stores more is charged what it adds (one that stores less counts from the next measurement)."""
+    if grown > 0:
+        await charge_stored_bytes(session, runtime, tenant, lambda: grown)
 
 
 async def get_endpoint(database: Database, endpoint_id: str, tenant: str) -> WebhookEndpointObject:
@@ -148,9 +173,11 @@ async def update_endpoint(
         row = await _owned(session, endpoint_id, tenant)
         changed = {key: value for key, value in values.items() if getattr(row, key) != value}
         if changed:
+            before = _stored_size(row)
             changed["updated_at"] = utc_now()
             await repository.update_endpoint(session, endpoint_id, tenant, changed)
             await session.refresh(row)
+            await _charge_growth(session, runtime, tenant, _stored_size(row) - before)
         return _endpoint(row)
 
 
@@ -188,8 +215,10 @@ async def rotate_secret(
             "previous_secret_until": now + timedelta(seconds=runtime.settings.webhook_secret_grace_s) if keep else None,
             "updated_at": now,
         }
+        before = _stored_size(row)
         await repository.update_endpoint(session, endpoint_id, tenant, values)
         await session.refresh(row)
+        await _charge_growth(session, runtime, tenant, _stored_size(row) - before)
         return _with_secret(row, secret)
 
 
@@ -197,14 +226,23 @@ async def send_test_event(
     runtime: Runtime, endpoint_id: str, tenant: str, body: TestRequest
 ) -> WebhookEndpointTestResult:
     """Send a sample event of `event_type` now, signed as a real one (its data names no real object); what the
-    receiver answered. Not stored, not retried."""
+    receiver answered. Not stored, not retried. A tenant has RESPONSES_WEBHOOK_TESTS_PER_TENANT of them waiting on
+    receivers at once (a 429 beyond): each may wait the whole attempt timeout on a receiver that never answers."""
     async with runtime.database.read() as session:
         row = await _owned(session, endpoint_id, tenant)
     object_id = new_id("resp" if body.event_type.startswith("response.") else "batch")
     payload = event_body(new_id("evt"), body.event_type, object_id, int(utc_now().timestamp()))
     allowed = AllowedHosts.parse(runtime.settings.outbound_allowed_hosts)
     try:
-        answer = await send(runtime.sealer, row, new_id("wh"), payload, allowed=allowed)
+        with runtime.webhook_tests.hold(tenant):
+            answer = await send(
+                runtime.sealer,
+                row,
+                new_id("wh"),
+                payload,
+                allowed=allowed,
+                timeout_s=runtime.settings.webhook_timeout_s,
+            )
     except OutboundRefused as refused:
         raise InvalidRequest(f"The test event was not sent: {refused}", param="url", code="invalid_url") from None
     except OutboundFailed as failed:

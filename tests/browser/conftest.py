@@ -35,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "RESPONSES_DATABASE_URL": sqlite_url(directory),
         "RESPONSES_API_KEYS": f"{KEY},{OTHER_KEY}",
         # The webhook pages' tests deliver to a receiver on loopback.
-        "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+        "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1:*",
     }
     process = ServerProcess(env, directory / "server.log").start()
     yield process

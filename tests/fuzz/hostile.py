@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 #: Values that broke something once: lone surrogates, NUL, an unhashable type, integers past 32 and 64 bits,
-#: floats JSON cannot hold, an id past its column, text outside ASCII, deep nesting.
+#: floats JSON cannot hold, an id past its column, text outside ASCII, deep nesting, a URL with CR/LF (a webhook's
+#: was stored and echoed raw).
 HOSTILE_VALUES: list[Any] = [
     "x\ud800y",
     "\udfff",
@@ -26,6 +27,7 @@ HOSTILE_VALUES: list[Any] = [
     "x" * 65,
     "é\u2028✓",
     json.loads("[" * 200 + "]" * 200),
+    "https://example.com/hook\r\nX-Injected: 1",
 ]
 #: Text in a path parameter: NUL, an id past its column, non-ASCII, numbers past 32 and 64 bits. (Never empty:
 #: `/v1/responses/` is another route, which redirects to `/v1/responses`.)

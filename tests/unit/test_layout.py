@@ -87,6 +87,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.ids",
         "app.observability",
         "app.outbound",
+        "app.quotas",
         "app.runtime",
         "app.schemas",
         "app.secrets",

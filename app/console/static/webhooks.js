@@ -105,7 +105,7 @@ async function webhooksPage(params, created) {
 }
 
 function deliveryRow(delivery) {
-  const answer = delivery.last_error || delivery.last_response_excerpt || "";
+  const answer = delivery.last_error || "";
   return el(
     "tr",
     { "data-testid": "delivery-row" },

@@ -20,6 +20,9 @@ class FileRow(Base):
     filename: Mapped[str] = mapped_column(String(512))
     #: The file's size; its chunks hold exactly this many bytes.
     bytes: Mapped[int] = mapped_column(BigInteger)
+    #: `processed` (whole: the only files reads find), or `uploading` while an upload's chunks are being written in
+    #: their own transactions (app/files/storage.py); retention drops one a crashed upload left.
+    status: Mapped[str] = mapped_column(String(16), default="processed", server_default="processed")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
 
     __table_args__ = (

@@ -32,9 +32,8 @@ class WebhookDeliveryRow(Base):
     #: Who claimed the current attempt (a fencing token: a late writer of an older claim changes nothing).
     claim_token: Mapped[str | None] = mapped_column(String(64), default=None)
     last_status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: Why the last attempt failed, in our words: the receiver's status, never what it said.
     last_error: Mapped[str | None] = mapped_column(Text, default=None)
-    #: The first bytes of the receiver's last answer.
-    last_response_excerpt: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     last_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)

@@ -45,7 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with fresh_postgres_database() as database_url:
         env = {
             **FAST_LEASES,
-            "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+            "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1:*",
             "RESPONSES_MCP_CALL_TIMEOUT_S": str(CALL_TIMEOUT_S),
         }
         made = Cluster(database_url, redis_url, tmp_path_factory.mktemp("mcp-cluster"), env)
@@ -78,7 +78,7 @@ async def client(api_url: str | None, tmp_path: Path) -> AsyncIterator[httpx.Asy
     settings = Settings(
         database_url=sqlite_url(tmp_path),
         n_threads=1,
-        outbound_allowed_hosts="127.0.0.1",
+        outbound_allowed_hosts="127.0.0.1:*",
         mcp_call_timeout_s=CALL_TIMEOUT_S,
         _env_file=None,
     )

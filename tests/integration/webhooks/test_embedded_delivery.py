@@ -30,7 +30,7 @@ def wait_for_requests(receiver: Receiver, count: int) -> list[ReceivedRequest]:
 def test_the_embedded_server_delivers_response_and_batch_events(tmp_path: Path) -> None:
     env = {
         "RESPONSES_DATABASE_URL": sqlite_url(tmp_path),
-        "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+        "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1:*",
         "RESPONSES_WEBHOOK_DELIVERY_INTERVAL_S": "0.2",
         "RESPONSES_BATCH_INTERVAL_S": "0.2",
     }

@@ -1,6 +1,6 @@
 """On Postgres, migrated by Alembic: the webhook tables exist as the models say, and processes claiming due
-deliveries at once (SELECT ... FOR UPDATE SKIP LOCKED, then the conditional update) never share an attempt and
-leave none behind."""
+deliveries at once (the due ones picked fairly, locked with FOR UPDATE SKIP LOCKED, then the conditional update) never
+share an attempt and leave none behind."""
 
 from __future__ import annotations
 
@@ -61,15 +61,17 @@ async def test_concurrent_claimers_share_no_attempt_and_miss_none(postgres_url: 
             while True:
                 moment = utc_now()
                 async with database.transaction() as session:
-                    claimed = await repository.claim_due(
+                    due = await repository.due_fairly(session, now=moment, bounds=repository.ClaimBounds(7, 7, 7))
+                    claimed = await repository.claim(
                         session,
+                        [found[0] for found in due],
                         token=f"claimer-{number}-{len(taken)}",
                         now=moment,
                         claimed_until=moment + timedelta(seconds=600),
-                        limit=7,
                     )
-                if not claimed:
+                if not due:
                     return taken
+                # Another claimer may hold the rows this one picked (SKIP LOCKED): it gets none and goes on.
                 taken.extend(row.id for row in claimed)
                 await asyncio.sleep(0)
         finally:

@@ -24,7 +24,7 @@ def test_a_worker_delivers_the_event_of_the_response_it_ran(tmp_path: Path) -> N
         env = {
             "RESPONSES_DATABASE_URL": database_url,
             "RESPONSES_REDIS_URL": redis_url,
-            "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+            "RESPONSES_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1:*",
         }
         assert run_cli(["migrate"], env).returncode == 0
         worker = ServerProcess(

@@ -64,7 +64,7 @@ async def test_batch_lines_wait_behind_queued_background_jobs_and_outside_their_
     assert order.index(queued["id"]) < min(order.index(job.response_id) for job in lines)
 
 
-@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", webhook_delivery_interval_s=3600)
+@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*", webhook_delivery_interval_s=3600)
 async def test_a_batch_that_ends_sends_its_event_signed(client: httpx.AsyncClient, app_runtime: Runtime) -> None:
     deliver = WebhookDeliverer(
         app_runtime.database, app_runtime.sealer, app_runtime.settings, DeliveryPolicy(retry_window_s=3600)

@@ -198,7 +198,11 @@ async def test_an_output_file_is_no_batch_input(client: httpx.AsyncClient, app_r
         "/v1/batches",
         json={"input_file_id": done["output_file_id"], "endpoint": "/v1/responses", "completion_window": "24h"},
     )
-    assert reply.status_code == 404 and reply.json()["error"]["param"] == "input_file_id"
+    # Before: a 404 "No such File object" for a file the client can read. A 400 that names its purpose.
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "input_file_id" and error["code"] == "invalid_file_purpose"
+    assert "'batch_output'" in error["message"] and "purpose 'batch'" in error["message"]
 
 
 async def test_list_pages_newest_first(client: httpx.AsyncClient) -> None:

@@ -27,7 +27,7 @@ from tests.protocol import assert_well_formed_stream
 
 # Reconciliation rounds are run by hand here (the server's own loop would race them).
 pytestmark = pytest.mark.settings(
-    lease_s=1, max_attempts=2, reconcile_interval_s=3600, outbound_allowed_hosts="127.0.0.1"
+    lease_s=1, max_attempts=2, reconcile_interval_s=3600, outbound_allowed_hosts="127.0.0.1:*"
 )
 
 ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'

@@ -18,7 +18,7 @@ from app.testing.mcp_server import ToolServer, closed_port_url, plain_http_serve
 from app.testing.sse import parse_sse
 from tests.protocol import assert_error, assert_well_formed_stream
 
-pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1")
+pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*")
 
 ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 SLOW = '<tool_call>{"name": "slow", "arguments": {}}</tool_call>'
@@ -172,7 +172,7 @@ async def test_a_server_that_speaks_neither_transport_fails_the_listing(
     assert runner.jobs == [], "the model never ran"
 
 
-@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", mcp_call_timeout_s=0.5)
+@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*", mcp_call_timeout_s=0.5)
 async def test_a_hanging_tool_fails_its_call_and_the_model_goes_on(
     client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
 ) -> None:

@@ -17,7 +17,7 @@ from app.testing.mcp_server import ToolServer, tool_server
 from app.testing.sse import parse_sse
 from tests.protocol import assert_well_formed_stream
 
-pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1")
+pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*")
 
 ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 LOOKUP = '<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>'

@@ -16,7 +16,7 @@ from app.testing.receiver import running_receiver
 from app.webhooks.delivery import DeliveryPolicy, WebhookDeliverer
 from app.webhooks.event_types import EVENT_TYPES
 
-pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", webhook_delivery_interval_s=3600)
+pytestmark = pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*", webhook_delivery_interval_s=3600)
 
 
 @pytest.fixture
