@@ -45,6 +45,7 @@ class FakeRenderer:
         self.n_ctx = n_ctx
         self.reasoning_tags: tuple[str, str] | None = None
         self.supports_tools = False
+        self.structured = False
         self.rendered: list[list[ChatMessage]] = []
         self.template_options: list[Mapping[str, Any] | None] = []
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
@@ -56,9 +57,6 @@ class FakeRenderer:
     @property
     def generation_prompt_tokens(self) -> tuple[int, ...]:
         return tuple(len(word) for word in self.generation_prompt.split())
-
-    def tool_turn_markup(self) -> tuple[str, str]:
-        return " end user ", " end assistant "
 
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)
@@ -161,6 +159,10 @@ class FakeRunner:
         self.crash_in_run: dict[int, int] = {}
         #: Prompt tokens each run reports reused (as a prefix-cache hit would), capped at all but the last.
         self.cached_tokens = 0
+        #: The renderers a tool round's prompt is rendered with (fake_generation gives it the app's): by model,
+        #: else the default one.
+        self.prompt_renderer: PromptRenderer = FakeRenderer()
+        self.prompt_renderers: dict[str, PromptRenderer] = {}
         self.jobs: list[GenerationJob] = []
         self.runs: dict[str, FakeRun] = {}
 
@@ -175,6 +177,9 @@ class FakeRunner:
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         return [ord(character) for character in text]
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        return self.prompt_renderers.get(model, self.prompt_renderer)
 
     def cancel(self, response_id: str) -> None:
         if response_id in self.runs:
@@ -202,6 +207,8 @@ def fake_generation(
         settings: Settings, registry: ModelRegistry, database: Database, limits: TenantRateLimits
     ) -> tuple[RendererCache, GenerationQueue]:
         cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
+        if isinstance(runner, FakeRunner):  # its tool rounds render with the app's renderers
+            runner.prompt_renderer, runner.prompt_renderers = renderer, dict(renderers or {})
         return cache, in_process_queue(runner, database, settings, limits, places=places)
 
     return build
