@@ -47,6 +47,8 @@ class FakeRenderer:
         self.supports_tools = False
         self.structured = False
         self.rendered: list[list[ChatMessage]] = []
+        #: Each prompt it made, and the messages it made it of (what `read` gives back).
+        self.prompts: dict[tuple[int, ...], list[ChatMessage]] = {}
         self.template_options: list[Mapping[str, Any] | None] = []
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
         self.grammars_build = True
@@ -61,6 +63,16 @@ class FakeRenderer:
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)
         return self.grammars_build
+
+    def read(self, tokens: Sequence[int]) -> str:
+        """A prompt it made, as text: a line `role: content` a message (with its calls), then what was appended to
+        it after (a takeover's written text: FakeRunner.tokenize's one token a character)."""
+        for length in range(len(tokens), -1, -1):
+            messages = self.prompts.get(tuple(tokens[:length]))
+            if messages is not None:
+                lines = "".join(f"{message.role}: {message.text}\n" for message in messages)
+                return lines + "".join(chr(token) for token in tokens[length:])
+        raise KeyError("not a prompt this renderer made")
 
     def render(self, messages: Sequence[ChatMessage]) -> list[int]:
         words = [len(word) for message in messages for word in f"{message.role} {message.content}".split()]
@@ -81,6 +93,7 @@ class FakeRenderer:
             tokens = self.render(messages)
             if len(tokens) + 16 <= self.n_ctx:
                 self.rendered.append(messages)
+                self.prompts[tuple(tokens)] = messages
                 return tokens
         raise ContextTooLong(len(tokens), self.n_ctx)
 

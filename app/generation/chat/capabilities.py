@@ -123,6 +123,12 @@ class TemplateCaps:
     #: The variables the template reads that no message gives it (`enable_thinking`, `reasoning_effort`, ...).
     variables: frozenset[str] = frozenset()
 
+    @property
+    def supports_reasoning_effort(self) -> bool:
+        """It reads `reasoning_effort` or its alias `reasoning_strength` (NOTE: anywhere in it; llama.cpp's probe
+        counts one render's reads)."""
+        return bool({"reasoning_effort", "reasoning_strength"} & self.variables)
+
 
 _TOOL = {
     "name": "tool",

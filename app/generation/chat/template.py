@@ -86,6 +86,27 @@ def _shorten_call_ids(messages: list[dict[str, Any]]) -> None:
             message["tool_call_id"] = short_call_id(message["tool_call_id"])
 
 
+def _join_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive user turns as one, and consecutive assistant turns of text (our convention's calls) as one,
+    their texts a blank line apart."""
+    joined: list[dict[str, Any]] = []
+    for message in messages:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and previous.get("role") == message.get("role")
+            and message.get("role") in ("user", "assistant")
+            and isinstance(previous.get("content"), str)
+            and isinstance(message.get("content"), str)
+            and not previous.get("tool_calls")
+            and not message.get("tool_calls")
+        ):
+            previous["content"] = f"{previous['content']}\n\n{message['content']}"
+        else:
+            joined.append(message)
+    return joined
+
+
 class ChatTemplate:
     """A template and the tokens around it (the vocabulary's BOS and EOS texts, and whether the tokenizer adds
     them itself: then a render's own leading BOS and trailing EOS are dropped, as llama.cpp drops them)."""
@@ -106,6 +127,16 @@ class ChatTemplate:
         except TemplateRenderError as error:
             raise TemplateLoadError(f"the chat template cannot render one user message: {error}") from None
         self.short_call_ids = self._wants_short_call_ids()
+        self.alternating = self._wants_alternation()
+
+    def _wants_alternation(self) -> bool:
+        """Whether the template refuses two user turns in a row (Mistral's, Gemma 2's): then consecutive turns of
+        one role are joined into one (a compaction summary is a user turn after the user turns it kept)."""
+        try:
+            self.render([{"role": "user", "content": "A"}, {"role": "user", "content": "B"}])
+        except TemplateRenderError:
+            return True
+        return False
 
     def _wants_short_call_ids(self) -> bool:
         """Whether the template refuses our call ids (`call_` and 24 more) but takes 9 letters and digits, as
@@ -151,6 +182,8 @@ class ChatTemplate:
         given = [copy.deepcopy(dict(message)) for message in messages]
         if self.short_call_ids:
             _shorten_call_ids(given)
+        if getattr(self, "alternating", False):
+            given = _join_turns(given)
         adapted = adapt_messages(given, self.source, self.caps)
         context: dict[str, Any] = {
             "messages": adapted,

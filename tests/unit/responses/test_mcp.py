@@ -39,10 +39,13 @@ def rounds(runner: FakeRunner, *texts: str) -> None:
 
 
 def continuation(runner: FakeRunner, index: int) -> str:
-    """What round `index` added to the prompt of round `index - 1` (the fake tokenizer: one token a character)."""
-    before, after = runner.jobs[index - 1].prompt_tokens, runner.jobs[index].prompt_tokens
-    assert after[: len(before)] == before, "a round continues the prompt of the last"
-    return "".join(chr(token) for token in after[len(before) :])
+    """What round `index` added to the prompt of round `index - 1`, as the fake renderer reads its prompts (a line
+    a message)."""
+    renderer = runner.prompt_renderer
+    assert isinstance(renderer, FakeRenderer)
+    before, after = renderer.read(runner.jobs[index - 1].prompt_tokens), renderer.read(runner.jobs[index].prompt_tokens)
+    assert after.startswith(before), "a round continues the prompt of the last"
+    return after[len(before) :]
 
 
 async def test_a_call_s_output_reaches_the_response_in_one_stream(
@@ -73,7 +76,7 @@ async def test_a_call_s_output_reaches_the_response_in_one_stream(
     # The model read the tools, then its own call and the result, in the template's turns.
     assert '"name": "add"' in renderer.rendered[-1][0].content
     assert len(runner.jobs) == 2
-    assert continuation(runner, 1) == f"{ADD} end user <tool_response>\n5\n</tool_response> end assistant "
+    assert continuation(runner, 1) == f"assistant: {ADD}\nuser: <tool_response>\n5\n</tool_response>\n"
     usage = final["usage"]
     assert usage["input_tokens"] == len(runner.jobs[0].prompt_tokens) + len(runner.jobs[1].prompt_tokens)
     stored = (await client.get(f"/v1/responses/{final['id']}")).json()
