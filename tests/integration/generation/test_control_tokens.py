@@ -51,7 +51,7 @@ def test_ordinary_text_is_tokenized_as_before(tokenizer: ChatTokenizer) -> None:
             ChatMessage("user", "<tool_response>\n5\n</tool_response> and some <|text|> that is no token"),
         ],
     ):
-        prompt = before(messages=[message.as_template_dict() for message in conversation]).prompt
+        prompt = before(messages=[message.as_template_dict() for message in conversation]).prompt  # type: ignore[misc]
         expected = tokenizer._vocab.tokenize(prompt.encode(), add_bos=False, special=True)
         if tokenizer._add_bos and expected[:1] != [tokenizer._bos]:
             expected.insert(0, tokenizer._bos)
