@@ -143,10 +143,17 @@ class ModelPool:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, registry: ModelRegistry, *, max_models: int = 0, max_bytes: int = 0
+        cls,
+        settings: Settings,
+        registry: ModelRegistry,
+        *,
+        max_models: int = 0,
+        max_bytes: int = 0,
+        renderers: RendererCache | None = None,
     ) -> ModelPool:
         """llama.cpp engines, under no budget unless given one: embedded mode passes the deployment's; a worker
-        loads exactly the models it serves."""
+        loads exactly the models it serves. `renderers`: the models' prompt renderers where the process has them
+        already (embedded mode's API), else its own."""
         from app.generation.engine import LlamaEngine
         from app.generation.local_runner import LocalRunner
         from app.generation.tokenizer import ChatTokenizer
@@ -156,7 +163,7 @@ class ModelPool:
             lambda spec: LocalRunner(LlamaEngine.from_settings(settings, spec)),
             max_models=max_models,
             max_bytes=max_bytes,
-            renderers=RendererCache(ChatTokenizer.for_model),
+            renderers=renderers or RendererCache(ChatTokenizer.for_model),
         )
 
     def loaded(self) -> set[str]:
