@@ -237,6 +237,8 @@ class ToolLoop:
         the model's template, the output budget shrunk by what this round wrote, the forced call (if any) no
         longer forced. What the response ends with instead when that prompt cannot be made: `length` (it does
         not fit the context), failed (the template refuses the calls, e.g. parallel ones)."""
+        if not self.setup.prompt:  # queued by a server from before tool rounds were rendered where the model runs
+            return GenerationFailed("This response was started by an older server version; create it again.")
         context = PromptContext.from_payload(self.setup.prompt)
         renderer = await runner.renderer(self.job.model)
         try:

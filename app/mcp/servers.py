@@ -234,7 +234,9 @@ class McpSetup:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> McpSetup:
-        return cls(**{**payload, "servers": [McpServer(**server) for server in payload.get("servers", [])]})
+        # NOTE: a job queued by an older server carries fields since dropped (the continuation markup).
+        known = {name: value for name, value in payload.items() if name in cls.__dataclass_fields__}
+        return cls(**{**known, "servers": [McpServer(**server) for server in payload.get("servers", [])]})
 
     def server(self, label: str) -> McpServer:
         return next(server for server in self.servers if server.label == label)
