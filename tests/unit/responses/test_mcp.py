@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.generation.prompt import ChatMessage, ToolCall
 from app.testing.fakes import FakeRenderer, FakeRunner
 from app.testing.mcp_server import ToolServer, closed_port_url, plain_http_server, tool_server
 from app.testing.sse import parse_sse
@@ -176,6 +177,21 @@ async def test_a_server_that_speaks_neither_transport_fails_the_listing(
 
 
 @pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", mcp_call_timeout_s=0.5)
+async def test_a_template_that_renders_calls_reads_the_round_as_a_call_and_a_tool_message(
+    client: httpx.AsyncClient, runner: FakeRunner, renderer: FakeRenderer, server: ToolServer
+) -> None:
+    """The next round's prompt is the conversation rendered again with the round's items: for a template that
+    renders calls, the call in `tool_calls` (the item's id) and its result as a `tool` message."""
+    renderer.structured = renderer.supports_tools = True
+    rounds(runner, ADD, "The sum is 5.")
+    final = (await client.post("/v1/responses", json={"input": "2 + 3?", "tools": [mcp_tool(server)]})).json()
+    assert final["status"] == "completed", final["error"]
+    call = final["output"][1]
+    *_, assistant, result = renderer.prompts[tuple(runner.jobs[1].prompt_tokens)]
+    assert assistant == ChatMessage("assistant", "", (ToolCall(call["id"], "add", call["arguments"]),))
+    assert result == ChatMessage("tool", "5", tool_call_id=call["id"], name="add")
+
+
 async def test_a_hanging_tool_fails_its_call_and_the_model_goes_on(
     client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
 ) -> None:
