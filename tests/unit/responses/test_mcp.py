@@ -176,7 +176,6 @@ async def test_a_server_that_speaks_neither_transport_fails_the_listing(
     assert runner.jobs == [], "the model never ran"
 
 
-@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", mcp_call_timeout_s=0.5)
 async def test_a_template_that_renders_calls_reads_the_round_as_a_call_and_a_tool_message(
     client: httpx.AsyncClient, runner: FakeRunner, renderer: FakeRenderer, server: ToolServer
 ) -> None:
@@ -192,6 +191,7 @@ async def test_a_template_that_renders_calls_reads_the_round_as_a_call_and_a_too
     assert result == ChatMessage("tool", "5", tool_call_id=call["id"], name="add")
 
 
+@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1", mcp_call_timeout_s=0.5)
 async def test_a_hanging_tool_fails_its_call_and_the_model_goes_on(
     client: httpx.AsyncClient, runner: FakeRunner, server: ToolServer
 ) -> None:
