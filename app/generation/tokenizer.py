@@ -174,6 +174,15 @@ class ChatTokenizer:
         """Tokens of `text` alone, outside any template (as text: no control token read in it)."""
         return len(self.tokenize(text, special=False))
 
+    def _window_start(self, conversation: Sequence[ChatMessage], start: int | None, before: int | None) -> int | None:
+        """Where a truncated conversation may start, from `start` on and before `before`: anywhere in our
+        convention's text turns; at a user turn for a template that renders calls (a window that opened on a tool
+        result or an answer to it would hold a result without its call, which templates refuse)."""
+        if start is None or not self.structured:
+            return start
+        end = len(conversation) if before is None else before
+        return next((index for index in range(start, end) if conversation[index].role == "user"), None)
+
     def render_within_context(
         self,
         system: ChatMessage | None,
@@ -211,8 +220,13 @@ class ChatTokenizer:
         too_long = last - len(sizes) if head_size + sum(sizes) > budget else -1
         fitting: int | None = None
         best: list[int] = []
-        start = too_long + 1
+        start: int | None = too_long + 1
         while True:
+            start = self._window_start(conversation, start, fitting)
+            if start is None:  # no window starts between here and the one known to fit
+                if fitting is None:
+                    raise ContextTooLong(head_size + sum(sizes), self.n_ctx)  # at least: what was counted
+                return best
             tokens = self.render([*head, *conversation[start:]], template_options)
             if self.fits(len(tokens)):
                 fitting, best = start, tokens
