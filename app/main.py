@@ -97,7 +97,11 @@ async def build_generation(
     from app.transport.memory_bus import MemoryBus
 
     pool = ModelPool.from_settings(
-        settings, registry, max_models=settings.max_loaded_models, max_bytes=settings.max_loaded_mb * 2**20
+        settings,
+        registry,
+        max_models=settings.max_loaded_models,
+        max_bytes=settings.max_loaded_mb * 2**20,
+        renderers=renderers,  # one renderer a model: its tool rounds render with the API's
     )
     bus = MemoryBus()
     # This process's lease owner id: a lease left by an earlier run of the server is not ours.

@@ -409,6 +409,11 @@ class ResponseAssembler:
 
     # MCP tool rounds -----------------------------------------------------------------------------------
 
+    def output_so_far(self) -> list[dict[str, Any]]:
+        """The output items the response has so far (its leading items, then its tool rounds'), as stored: what
+        the next tool round's prompt renders (app/jobs/tool_loop.py)."""
+        return [item.model_dump(mode="json") for item in self._leading]
+
     def mcp_round(self) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
         """The model ended its turn calling MCP tools: its reasoning and text close, its MCP calls open (in
         progress), and the next round starts empty. Returns the events, the calls, and the round's text (which

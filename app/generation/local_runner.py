@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator, Callable
 
 from app.generation.engine import GenerationRequest, LlamaEngine
 from app.generation.job import GenerationJob
-from app.generation.types import Finish, GenerationFailed, GenerationOutput
+from app.generation.registry import ModelSpec
+from app.generation.renderers import RendererCache
+from app.generation.types import EngineError, Finish, GenerationFailed, GenerationOutput, PromptRenderer
 from app.observability.metrics import ACTIVE_SEQUENCES, FREE_SEQUENCES, PREFIX_CACHE_BYTES, SEQUENCE_WAITING_JOBS
 
 
@@ -96,8 +98,13 @@ class LocalRun:
 class LocalRunner:
     """Starts jobs on the engine, which runs up to its `slots` of them at once; the rest wait in the fair order."""
 
-    def __init__(self, engine: LlamaEngine) -> None:
+    def __init__(
+        self, engine: LlamaEngine, renderers: RendererCache | None = None, spec: ModelSpec | None = None
+    ) -> None:
         self.engine = engine
+        #: Where its model's prompt renderer comes from (None: a runner that renders no tool rounds, a bench's).
+        self._renderers = renderers
+        self._spec = spec
         self._runs: dict[str, LocalRun] = {}
         #: One for the event loop that starts runs (created with the first): the engine's way back to it.
         self._mailbox: Mailbox | None = None
@@ -126,6 +133,11 @@ class LocalRunner:
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         return self.engine.tokenize(text)
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        if self._renderers is None or self._spec is None:
+            raise EngineError(f"This runner of '{model}' was built without its prompt renderer.")
+        return await self._renderers.get(self._spec)
 
     def cancel(self, response_id: str) -> None:
         run = self._runs.get(response_id)

@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from app.config import Settings
 from app.generation.job import GenerationJob
 from app.generation.registry import ModelRegistry, ModelSpec
+from app.generation.renderers import RendererCache
 from app.generation.runner import GenerationRun, ModelRunner
-from app.generation.types import Finish, GenerationFailed, GenerationOutput, ModelLoadError
+from app.generation.types import (
+    EngineError,
+    Finish,
+    GenerationFailed,
+    GenerationOutput,
+    ModelLoadError,
+    PromptRenderer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +118,11 @@ class ModelPool:
         max_models: int = 0,
         max_bytes: int = 0,
         failed_load_memory_s: float = FAILED_LOAD_MEMORY_S,
+        renderers: RendererCache | None = None,
     ) -> None:
         self._registry = registry
+        #: The models' prompt renderers, for the tool rounds run here (None: a pool that renders none).
+        self._renderers = renderers
         self._load = load
         self._max_models = max_models
         self._max_bytes = max_bytes
@@ -132,18 +143,27 @@ class ModelPool:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, registry: ModelRegistry, *, max_models: int = 0, max_bytes: int = 0
+        cls,
+        settings: Settings,
+        registry: ModelRegistry,
+        *,
+        max_models: int = 0,
+        max_bytes: int = 0,
+        renderers: RendererCache | None = None,
     ) -> ModelPool:
         """llama.cpp engines, under no budget unless given one: embedded mode passes the deployment's; a worker
-        loads exactly the models it serves."""
+        loads exactly the models it serves. `renderers`: the models' prompt renderers where the process has them
+        already (embedded mode's API), else its own."""
         from app.generation.engine import LlamaEngine
         from app.generation.local_runner import LocalRunner
+        from app.generation.tokenizer import ChatTokenizer
 
         return cls(
             registry,
             lambda spec: LocalRunner(LlamaEngine.from_settings(settings, spec)),
             max_models=max_models,
             max_bytes=max_bytes,
+            renderers=renderers or RendererCache(ChatTokenizer.for_model),
         )
 
     def loaded(self) -> set[str]:
@@ -165,6 +185,13 @@ class ModelPool:
             return await loaded.runner.tokenize(model, text)
         finally:
             self._release(loaded)
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        """Built from the model's vocabulary alone: the model need not be loaded."""
+        spec = self._registry.get(model)
+        if self._renderers is None or spec is None:
+            raise EngineError(f"No prompt renderer for the model '{model}' here.")
+        return await self._renderers.get(spec)
 
     async def preload(self, model: str) -> None:
         """Load the model now (a worker, before it takes jobs)."""

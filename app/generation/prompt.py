@@ -1,11 +1,17 @@
-"""Responses items -> chat messages: the one place where a conversation becomes what the model reads."""
+"""Responses items -> chat messages: the one place where a conversation becomes what the model reads.
+
+Two forms, chosen per chat template (its capabilities, app/generation/chat/capabilities.py): for a template that
+renders calls (`tool_calls`) and their results (`tool` messages), the structured messages llama-server's `--jinja`
+takes (calls with their ids and arguments, results with the call's id and name, reasoning as
+`reasoning_content`); for one that renders no calls (SmolLM2's), our convention (app/generation/tool_calls.py):
+calls as `<tool_call>` text in assistant turns and results as `<tool_response>` text in user turns."""
 
 from __future__ import annotations
 
 import base64
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.generation.tool_calls import FunctionSpec, render_call, render_call_output, render_custom_call, tools_prompt
@@ -18,12 +24,47 @@ SUMMARY_HEADING = "Summary of the conversation so far:"
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call in an assistant message: its id (the item's call_id), the function's name, its arguments as JSON."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    #: A `tool` message: the id and the name of the call it answers.
+    tool_call_id: str | None = None
+    name: str | None = None
+    #: An assistant message's reasoning (`reasoning_content`), for the templates that render it.
+    reasoning: str | None = None
 
-    def as_template_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def as_template_dict(self) -> dict[str, Any]:
+        """The message as llama.cpp hands it to a template (common_chat_msg::to_json_oaicompat: its keys, in its
+        order, those with nothing in them left out)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        if self.name:
+            message["name"] = self.name
+        if self.tool_call_id:
+            message["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"type": "function", "function": {"name": call.name, "arguments": call.arguments}, "id": call.id}
+                for call in self.tool_calls
+            ]
+        return message
+
+    @property
+    def text(self) -> str:
+        """All the text the model reads of it (its size, for the bounds on a prompt's work)."""
+        calls = "".join(call.name + call.arguments for call in self.tool_calls)
+        return f"{self.reasoning or ''}{self.content}{calls}"
 
 
 def item_text(item: dict[str, Any]) -> str:
@@ -117,15 +158,64 @@ def build_context(
     new_items: Sequence[dict[str, Any]],
     functions: Sequence[FunctionSpec] = (),
     reasoning_tags: tuple[str, str] | None = None,
+    structured: bool = False,
 ) -> tuple[ChatMessage | None, list[ChatMessage]]:
     """The system message of this request (instructions and tools are never inherited) and the conversation.
 
-    The conversation is every turn's input then its output, oldest first, then this request's own items.
+    The conversation is every turn's input then its output, oldest first, then this request's own items:
+    structured messages when `structured` (the template renders calls itself), else our convention's.
     """
     system_parts = [part for part in (instructions, tools_prompt(functions) if functions else None) if part]
     system = ChatMessage("system", "\n\n".join(system_parts)) if system_parts else None
     items = [item for turn in history for item in (*turn.input_items, *turn.output_items)] + list(new_items)
+    if structured:
+        return system, structured_messages(apply_compaction(items))
     return system, _messages(apply_compaction(items), reasoning_tags)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptContext:
+    """What a prompt was rendered from, for a tool round to render again with the round's items after it: the
+    system message, the conversation, the template's options, the form of the messages (structured or our
+    convention's) and whether the oldest messages may go (truncation "auto"). Plain JSON in a job's payload."""
+
+    system: ChatMessage | None
+    messages: tuple[ChatMessage, ...]
+    template_options: dict[str, Any] | None = None
+    structured: bool = False
+    reasoning_tags: tuple[str, str] | None = None
+    truncate: bool = False
+
+    def with_items(self, items: Sequence[dict[str, Any]]) -> list[ChatMessage]:
+        """The conversation with `items` (output items of the response so far) after it."""
+        _, added = build_context(
+            instructions=None,
+            history=(),
+            new_items=items,
+            reasoning_tags=self.reasoning_tags,
+            structured=self.structured,
+        )
+        return [*self.messages, *added]
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> PromptContext:
+        tags = payload.get("reasoning_tags")
+        return cls(
+            system=_message(payload["system"]) if payload.get("system") else None,
+            messages=tuple(_message(message) for message in payload["messages"]),
+            template_options=payload.get("template_options"),
+            structured=bool(payload.get("structured")),
+            reasoning_tags=(tags[0], tags[1]) if tags else None,
+            truncate=bool(payload.get("truncate")),
+        )
+
+
+def _message(payload: dict[str, Any]) -> ChatMessage:
+    calls = tuple(ToolCall(**call) for call in payload.get("tool_calls") or ())
+    return ChatMessage(**{**payload, "tool_calls": calls})
 
 
 def is_user_message(item: dict[str, Any]) -> bool:
@@ -184,6 +274,108 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
         messages.append(message)
     if reasoning:
         messages.append(ChatMessage("assistant", reasoning.rstrip("\n")))
+    return messages
+
+
+class _AssistantTurn:
+    """The assistant message being gathered from consecutive output items (reasoning, text, calls), and the
+    results of the MCP calls in it, which follow it once it is whole (parallel calls, then their results)."""
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.content = ""
+        self.calls: list[ToolCall] = []
+        self.results: list[ChatMessage] = []
+
+    def flush(self, into: list[ChatMessage]) -> None:
+        if self.reasoning or self.content or self.calls:
+            reasoning = "\n".join(self.reasoning) or None
+            into.append(ChatMessage("assistant", self.content, tuple(self.calls), reasoning=reasoning))
+        into += self.results
+        self.reasoning, self.content, self.calls, self.results = [], "", [], []
+
+    def call(self, call_id: str, name: str, arguments: str, result: str | None = None) -> None:
+        """A call of the turn (with its result, for a call made within the response: an MCP call)."""
+        self.calls.append(ToolCall(call_id, name, arguments))
+        if result is not None:
+            self.results.append(ChatMessage("tool", result, tool_call_id=call_id, name=name))
+
+
+def _structured_call(item: dict[str, Any]) -> ToolCall | None:
+    """A call a client runs, as the template's `tool_calls` entry (None: not such a call)."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return ToolCall(item["call_id"], item["name"], item["arguments"])
+    if kind == "custom_tool_call":
+        # Offered to the template as a function of one `input` (tool_calls.template_tool).
+        return ToolCall(item["call_id"], item["name"], json.dumps({"input": item["input"]}, ensure_ascii=False))
+    if kind in CLIENT_TOOL_CALLS:
+        arguments = json.dumps(client_call_arguments(item), ensure_ascii=False)
+        return ToolCall(item["call_id"], kind.removesuffix("_call"), arguments)
+    return None
+
+
+def _output_text(item: dict[str, Any]) -> str | None:
+    """A client's call output as the model reads it (None: not an output)."""
+    kind = item.get("type")
+    if kind in CLIENT_TOOL_OUTPUTS:
+        return client_call_output(item)
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        return item["output"] if isinstance(item["output"], str) else item_text({"content": item["output"]})
+    return None
+
+
+def _mcp_result(item: dict[str, Any]) -> str:
+    result = item.get("output")
+    if result is None:
+        error = item.get("error") or {}
+        result = "Error: " + str(error.get("message") or error.get("content") or "the call failed")
+    return str(result)
+
+
+def structured_messages(items: Sequence[dict[str, Any]]) -> list[ChatMessage]:
+    """Items -> the messages a template that renders calls takes, as a Chat Completions client sends them to
+    llama-server: consecutive reasoning, text and calls of the model become one assistant message (its
+    `reasoning_content`, `content` and `tool_calls`), each result a `tool` message with its call's id and name."""
+    messages: list[ChatMessage] = []
+    turn = _AssistantTurn()
+    names: dict[str, str] = {}
+    approval_requests: dict[str, dict[str, Any]] = {}
+    for item in items:
+        kind = item.get("type", "message")
+        call = _structured_call(item)
+        output = _output_text(item)
+        if kind in ("mcp_list_tools", "configuration_update"):
+            continue
+        if kind == "mcp_approval_request":
+            approval_requests[item["id"]] = item
+        elif kind == "mcp_approval_response":
+            request = approval_requests.get(item["approval_request_id"])
+            if request is not None and not item["approve"]:
+                turn.call(request["id"], request["name"], request["arguments"], denial(item.get("reason")))
+        elif kind == "mcp_call":
+            turn.call(item["id"], item["name"], item["arguments"], _mcp_result(item))
+        elif call is not None:
+            names[call.id] = call.name
+            turn.calls.append(call)
+        elif kind == "reasoning":
+            if turn.content or turn.calls:
+                turn.flush(messages)
+            turn.reasoning.append(reasoning_text(item))
+        elif kind == "message" and item.get("role") == "assistant":
+            if turn.content or turn.calls:
+                turn.flush(messages)
+            turn.content = item_text(item)
+        else:
+            turn.flush(messages)
+            if output is not None:
+                call_id = item["call_id"]
+                messages.append(ChatMessage("tool", output, tool_call_id=call_id, name=names.get(call_id)))
+            elif kind == COMPACTION_SUMMARY:
+                messages.append(ChatMessage("user", f"{SUMMARY_HEADING}\n{item['summary']}"))
+            else:
+                messages.append(ChatMessage(item["role"], item_text(item)))
+    turn.flush(messages)
     return messages
 
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from app.generation.job import GenerationJob
-from app.generation.types import GenerationOutput
+from app.generation.types import GenerationOutput, PromptRenderer
 
 
 class GenerationRun(Protocol):
@@ -26,6 +26,10 @@ class ModelRunner(Protocol):
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         """Text `model` wrote, as its tokens: a takeover appends them to the prompt to continue."""
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        """`model`'s prompt renderer, where the model runs: a tool round's prompt is the conversation with the
+        round's calls and results rendered again by the model's template (app/jobs/tool_loop.py)."""
 
     def cancel(self, response_id: str) -> None: ...
 

@@ -1,15 +1,19 @@
-"""Chat messages -> prompt tokens, with the model's own chat template, from a vocabulary-only llama.cpp load."""
+"""Chat messages -> prompt tokens, with the model's own chat template rendered as llama-server `--jinja` renders it
+(app/generation/chat), from a vocabulary-only llama.cpp load; text in the messages is never read as a control
+token (chat/control_tokens.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from app.generation.chat.control_tokens import ControlTexts, Vocabulary, tokenize_shielded
+from app.generation.chat.template import ChatTemplate
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelSpec
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
@@ -22,6 +26,9 @@ CHATML_TEMPLATE = (
 
 
 DEFAULT_REASONING_TAGS = ("<think>", "</think>")
+#: The token attributes llama.cpp reads only with special tokens parsed (the others, user-defined tokens such as
+#: Qwen's `<tool_call>`, it reads in any text).
+_CONTROL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
 
 
 def parse_reasoning_tags(setting: str | None, template: str) -> tuple[str, str] | None:
@@ -56,17 +63,37 @@ class ChatTokenizer:
         # A vocabulary-only load reports no trained context; the GGUF metadata has it.
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
         self.n_ctx = min(n_ctx or trained, kv_pool_tokens) if kv_pool_tokens else n_ctx or trained
-        template = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
-        self.reasoning_tags = parse_reasoning_tags(reasoning_tags, template)
-        self.supports_tools = "tools" in template
+        source = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        self.reasoning_tags = parse_reasoning_tags(reasoning_tags, source)
         vocab = self._vocab._model.vocab
+        self._vocab_handle = vocab
         self._bos = llama_cpp.llama_vocab_bos(vocab)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        eos_text, bos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab)), self._token_text(self._bos)
-        self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text)
-        self.generation_prompt_tokens = self._generation_prompt(
-            Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text, add_generation_prompt=False)
+        self.template = ChatTemplate(
+            source,
+            bos_token=self._token_text(self._bos),
+            eos_token=self._token_text(llama_cpp.llama_vocab_eos(vocab)),
+            add_bos=self._add_bos,
         )
+        #: The template renders a `tools` list itself (else our system prompt offers the tools).
+        self.supports_tools = self.template.caps.supports_tools
+        #: The template renders calls and their results itself (else our convention writes them as text).
+        self.structured = self.template.caps.supports_tool_calls
+        tokens = range(llama_cpp.llama_vocab_n_tokens(vocab))
+        self._attrs = [llama_cpp.llama_vocab_get_attr(vocab, token) for token in tokens]
+        self.control_texts = ControlTexts(
+            self._token_text(token) for token, attrs in enumerate(self._attrs) if attrs & _CONTROL
+        )
+        self._vocabulary = Vocabulary(
+            tokenize=self.tokenize,
+            is_control=lambda token: bool(self._attrs[token] & _CONTROL),
+            text_of=self._token_text,
+            strips=lambda token: (
+                bool(self._attrs[token] & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
+                bool(self._attrs[token] & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP),
+            ),
+        )
+        self.generation_prompt_tokens = self._generation_prompt()
 
     @classmethod
     def for_model(cls, spec: ModelSpec) -> ChatTokenizer:
@@ -81,39 +108,55 @@ class ChatTokenizer:
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return self._vocab.detokenize([token], special=True).decode("utf-8", errors="replace")
+        buffer = ctypes.create_string_buffer(256)
+        size = llama_cpp.llama_token_to_piece(self._vocab_handle, token, buffer, len(buffer), 0, True)
+        if size < 0:  # longer than the buffer: -size bytes
+            buffer = ctypes.create_string_buffer(-size)
+            size = llama_cpp.llama_token_to_piece(self._vocab_handle, token, buffer, len(buffer), 0, True)
+        return buffer.raw[: max(size, 0)].decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        """`text`'s tokens: with `special`, control tokens' texts read as control tokens."""
+        return self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def render_text(
+        self,
+        messages: Sequence[ChatMessage],
+        template_options: Mapping[str, Any] | None = None,
+        *,
+        opening: bool = True,
+    ) -> tuple[str, bool]:
+        """The prompt as text, and whether control tokens' texts in the messages or tools became sentinels.
+        `template_options`: the `tools` list it renders, and its own variables. `opening`: the template's opening
+        of the assistant's turn at the end (add_generation_prompt)."""
+        options = dict(template_options or {})
+        messages_shielded, in_messages = self.control_texts.shield([message.as_template_dict() for message in messages])
+        tools, in_tools = self.control_texts.shield(options.pop("tools", None) or [])
+        text = self.template.render(messages_shielded, tools=tools, variables=options, add_generation_prompt=opening)
+        return text, in_messages or in_tools
 
     def render(self, messages: Sequence[ChatMessage], template_options: Mapping[str, Any] | None = None) -> list[int]:
-        template_messages: list[Any] = [message.as_template_dict() for message in messages]
-        return self._tokens(self._formatter(messages=template_messages, **(template_options or {})).prompt)
+        """TemplateRenderError when the template refuses the conversation."""
+        return self._tokens(*self.render_text(messages, template_options))
 
-    def _generation_prompt(self, without_it: Jinja2ChatFormatter) -> tuple[int, ...]:
+    def _generation_prompt(self) -> tuple[int, ...]:
         """The tokens a render ends with after the last message: the template's opening of the assistant's turn,
         read off a one-message conversation rendered with and without it (empty when the one does not begin with
         the other). NOTE: read without template options; a template whose opening depends on them (a reasoning
         switch) may end a prompt otherwise, and the callers check that a prompt ends with these tokens."""
-        messages: list[Any] = [{"role": "user", "content": "\u241eU\u241e"}]
-        opened = self._tokens(self._formatter(messages=messages).prompt)
-        closed = self._tokens(without_it(messages=messages).prompt)
+        messages = [ChatMessage("user", "\u241eU\u241e")]
+        opened = self._tokens(*self.render_text(messages))
+        closed = self._tokens(*self.render_text(messages, opening=False))
         return tuple(opened[len(closed) :]) if opened[: len(closed)] == closed else ()
 
-    def _tokens(self, prompt: str) -> list[int]:
-        tokens = self._vocab.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+    def _tokens(self, prompt: str, shielded: bool) -> list[int]:
+        if shielded:
+            tokens = tokenize_shielded(prompt, self._vocabulary, self.control_texts)
+        else:
+            tokens = self.tokenize(prompt, special=True)
         if self._add_bos and self._bos >= 0 and (not tokens or tokens[0] != self._bos):
             tokens.insert(0, self._bos)
         return tokens
-
-    def tool_turn_markup(self) -> tuple[str, str]:
-        """The template's text between an assistant turn's end and a user turn's content, and from that content's
-        end to the next assistant turn's opening: how a tool result continues a prompt (app/jobs/tool_loop.py).
-        NOTE: read off one render with marker contents; a template that renders a last assistant turn differently
-        from earlier ones is continued as if it did not."""
-        markers = ("\u241eU\u241e", "\u241eA\u241e", "\u241eR\u241e")
-        messages: list[Any] = [{"role": "user", "content": markers[0]}, {"role": "assistant", "content": markers[1]}]
-        messages.append({"role": "user", "content": markers[2]})
-        text = self._formatter(messages=messages).prompt
-        after_call = text.split(markers[1], 1)[1].split(markers[2], 1)[0]
-        return after_call, text.split(markers[2], 1)[1]
 
     def fits(self, prompt_tokens: int) -> bool:
         return prompt_tokens + MIN_OUTPUT_TOKENS <= self.n_ctx
@@ -128,8 +171,17 @@ class ChatTokenizer:
         return True
 
     def count(self, text: str) -> int:
-        """Tokens of `text` alone, outside any template."""
-        return len(self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        """Tokens of `text` alone, outside any template (as text: no control token read in it)."""
+        return len(self.tokenize(text, special=False))
+
+    def _window_start(self, conversation: Sequence[ChatMessage], start: int | None, before: int | None) -> int | None:
+        """Where a truncated conversation may start, from `start` on and before `before`: anywhere in our
+        convention's text turns; at a user turn for a template that renders calls (a window that opened on a tool
+        result or an answer to it would hold a result without its call, which templates refuse)."""
+        if start is None or not self.structured:
+            return start
+        end = len(conversation) if before is None else before
+        return next((index for index in range(start, end) if conversation[index].role == "user"), None)
 
     def render_within_context(
         self,
@@ -157,10 +209,10 @@ class ChatTokenizer:
         # window's worth each. Rendering again for every dropped message cost ~40 s of CPU for 100 x 10 KB
         # (bench/prompt_work.py).
         budget = self.n_ctx - MIN_OUTPUT_TOKENS
-        head_size = self.count(system.content) if system else 0
+        head_size = self.count(system.text) if system else 0
         sizes: list[int] = []  # newest first
         while len(sizes) < len(conversation) and head_size + sum(sizes) <= budget:
-            sizes.append(self.count(conversation[len(conversation) - 1 - len(sizes)].content))
+            sizes.append(self.count(conversation[len(conversation) - 1 - len(sizes)].text))
         # Counted tokens of the messages from each start on (only where counted).
         suffix = {len(conversation) - 1 - index: total for index, total in enumerate(itertools.accumulate(sizes))}
         last = len(conversation) - 1
@@ -168,8 +220,13 @@ class ChatTokenizer:
         too_long = last - len(sizes) if head_size + sum(sizes) > budget else -1
         fitting: int | None = None
         best: list[int] = []
-        start = too_long + 1
+        start: int | None = too_long + 1
         while True:
+            start = self._window_start(conversation, start, fitting)
+            if start is None:  # no window starts between here and the one known to fit
+                if fitting is None:
+                    raise ContextTooLong(head_size + sum(sizes), self.n_ctx)  # at least: what was counted
+                return best
             tokens = self.render([*head, *conversation[start:]], template_options)
             if self.fits(len(tokens)):
                 fitting, best = start, tokens

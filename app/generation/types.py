@@ -81,6 +81,9 @@ class PromptRenderer(Protocol):
     reasoning_tags: tuple[str, str] | None
     #: The chat template renders a `tools` list itself (else tools go into the system prompt, our way).
     supports_tools: bool
+    #: The chat template renders calls (`tool_calls`) and results (`tool` messages) itself: the conversation is
+    #: given to it as structured messages (else as our convention's text, app/generation/tool_calls.py).
+    structured: bool
 
     @property
     def generation_prompt_tokens(self) -> tuple[int, ...]:
@@ -95,10 +98,6 @@ class PromptRenderer(Protocol):
         truncate: bool,
         template_options: Mapping[str, Any] | None = None,
     ) -> list[int]: ...
-
-    def tool_turn_markup(self) -> tuple[str, str]:
-        """The chat template's text after a tool call (to the result) and after the result (to the next answer)."""
-        ...
 
     def grammar_builds(self, grammar: str) -> bool:
         """Whether llama.cpp builds `grammar` (checked where the request arrives, so that one it cannot build is a

@@ -475,7 +475,7 @@ class JobExecution:
             else:
                 return
 
-    async def _tool_round(self, generation: LoopRun, finish: Finish) -> Finish | None:
+    async def _tool_round(self, generation: LoopRun, finish: Finish) -> Finish | GenerationFailed | None:
         assert self.tools is not None and self.runner is not None
         return await self.tools.round(generation, finish, self.runner, self._outlet())
 

@@ -17,7 +17,7 @@ async def continued_job(
     """A takeover's job: the round after the recorded ones, its prompt continued by what earlier runs wrote of it;
     and (the round's own prompt length, the tokens written), which its first Finish counts as output (counted)."""
     if tools is not None:  # the round after the recorded ones; a recorded call is never made again
-        await tools.replay(runner, replay.rounds)
+        await tools.replay(runner, replay.rounds, replay.assembler)
         job = tools.job
     written = await runner.tokenize(job.model, replay.text) if replay.text else []
     cap = job.sampling.max_output_tokens

@@ -1,10 +1,12 @@
 """The tool loop inside one response: the model calls an MCP server's tool, this process calls it, and the
 model goes on from the result, in the same response, until it answers without a call or the calls run out.
 
-Each round is one model run; its prompt is the last round's, then what the model wrote, then the tool results
-in the chat template's own turn markup (McpSetup.after_call / before_answer, rendered where the request
-arrived), so that the engine's prefix cache reuses everything before. A cancel stops the model or the call in
-flight (LoopRun.cancel).
+Each round is one model run; its prompt is the conversation the first was rendered from (McpSetup.prompt) with
+the response's items so far after it (its reasoning, text, calls and their results), rendered again by the
+model's template where the model runs: the calls and results read as the template writes them, and the
+engine's prefix cache reuses the tokens the new prompt shares with the last (all of them before the round's
+text, unless the template writes an earlier turn differently once a later one follows: then it reads from
+there). A cancel stops the model or the call in flight (LoopRun.cancel).
 
 A background job records each round and each call's end in its progress before it goes on (app/jobs/progress.py):
 a takeover replays them (`replay`), never making a recorded call again, and fails the calls left in flight."""
@@ -14,13 +16,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.events.assembler import ResponseAssembler
 from app.events.mcp_items import failed_call
+from app.generation.chat.template import TemplateRenderError
 from app.generation.job import GenerationJob
+from app.generation.prompt import PromptContext
 from app.generation.runner import GenerationRun, ModelRunner
-from app.generation.tool_calls import render_call_output
-from app.generation.types import Finish, GenerationOutput
+from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput
 from app.jobs.progress import ProgressLog, RecordedRound, call_entry, open_approved, round_entry
 from app.mcp.calls import McpCaller
 from app.mcp.client import McpFailed
@@ -140,22 +144,29 @@ class ToolLoop:
             run.call = None
         return call.model_copy(update={"status": "completed", "output": output, "error": None})
 
-    async def replay(self, runner: ModelRunner, rounds: list[RecordedRound]) -> None:
-        """A takeover: the rounds an earlier run recorded, taken as made (no call made again), so that `job` is
-        the round after them. The calls they left in flight fail (STOPPED), for close_stopped to send."""
+    async def replay(self, runner: ModelRunner, rounds: list[RecordedRound], assembler: ResponseAssembler) -> None:
+        """A takeover: the rounds an earlier run recorded (in `assembler`, as the replay left it), taken as made (no
+        call made again), so that `job` is the round after them. The calls they left in flight fail (STOPPED),
+        for close_stopped to send."""
         refused = NOT_CALLED.format(limit=self.setup.max_calls)
         self.replayed = bool(rounds)
+        stopped: dict[str, StoredMcpCall] = {}
         for recorded in rounds:
-            calls = []
             for call in recorded.calls:
                 if call.status == "in_progress":
-                    call = failed_call(call, STOPPED)
-                    self.stopped.append(call)
+                    stopped[call.id] = failed_call(call, STOPPED)
                 elif call.error is not None and call.error.get("message") == refused:
                     self.exhausted = True
-                calls.append(call)
-            self.calls_made += len(calls)
-            await self.next_round(runner, recorded.finish, recorded.text, calls)
+            self.calls_made += len(recorded.calls)
+            self.count(recorded.finish)
+        self.stopped += stopped.values()
+        if rounds:
+            items = [
+                stopped[item["id"]].model_dump(mode="json") if item.get("id") in stopped else item
+                for item in self._round_items(assembler)
+            ]
+            if isinstance(await self.next_round(runner, rounds[-1].finish, items), GenerationFailed):
+                self.exhausted = True
 
     async def close_stopped(self, outlet: RoundOutlet) -> None:
         """A takeover: the calls an earlier run left in flight end failed, recorded with their events."""
@@ -166,17 +177,19 @@ class ToolLoop:
             await outlet.record()
         self.stopped = []
 
-    async def round(self, run: LoopRun, finish: Finish, runner: ModelRunner, outlet: RoundOutlet) -> Finish | None:
+    async def round(
+        self, run: LoopRun, finish: Finish, runner: ModelRunner, outlet: RoundOutlet
+    ) -> Finish | GenerationFailed | None:
         """The model's turn ended: if it called MCP tools, call them and start the next round in `run` (None);
         else (an answer, a cut, a cancel, the limit reached) the Finish the response ends with, the usage of
-        every round in it."""
+        every round in it (or its failure, when the next round's prompt cannot be rendered)."""
         if finish.reason != "stop" or run.cancelled:
             return self.total(finish)
         approved = self.setup.approved
         opened = self.approved_round(outlet.assembler) or outlet.assembler.mcp_round()
         if opened is None:
             return self.total(finish)
-        events, calls, text = opened
+        events, calls, _ = opened
         # Stored before any call is made, and each call's end before the next: a takeover goes on from there.
         outlet.progress.pieces.append(round_entry(finish, approved))
         await outlet.emit(events)
@@ -192,7 +205,10 @@ class ToolLoop:
             # Ends here (a cancel, a call over the limit, calls that wait for approval, or client calls that wait
             # for their outputs): with what the rounds used, and no more output.
             return self.total(replace(finish, reason="cancelled" if run.cancelled else "stop"))
-        job = await self.next_round(runner, finish, text, done)
+        self.count(finish)
+        job = await self.next_round(runner, finish, self._round_items(outlet.assembler))
+        if not isinstance(job, GenerationJob):
+            return job
         run.run = runner.start(job)
         if run.cancelled:  # a cancel that came while the run started
             run.run.cancel()
@@ -204,28 +220,53 @@ class ToolLoop:
         (the response ends with those, for the client to run; its function_call_output goes on from there)."""
         return self.exhausted or assembler.awaits_approval or bool(assembler.client_calls)
 
-    async def next_round(
-        self, runner: ModelRunner, finish: Finish, text: str, calls: list[StoredMcpCall]
-    ) -> GenerationJob:
-        """The job of the next round: the prompt grown by this round's text and the results, the output budget
-        shrunk by what this round wrote, the forced call (if any) no longer forced."""
+    def count(self, finish: Finish) -> None:
+        """A round ended: its usage counts in the response's."""
         self.input_tokens += finish.prompt_tokens
         self.cached_tokens += finish.cached_tokens
         self.output_tokens += finish.output_tokens
-        results = "".join(render_call_output(_result_text(call)) for call in calls)
-        continuation = f"{text}{self.setup.after_call}{results}{self.setup.before_answer}"
-        tokens = await runner.tokenize(self.job.model, continuation)
+
+    def _round_items(self, assembler: ResponseAssembler) -> list[dict[str, Any]]:
+        """The items the rounds added to the response (after those that led it: a compaction, the listings)."""
+        return assembler.output_so_far()[len(self.job.leading_items) :]
+
+    async def next_round(
+        self, runner: ModelRunner, finish: Finish, items: list[dict[str, Any]]
+    ) -> GenerationJob | Finish | GenerationFailed:
+        """The job of the next round: the conversation with the response's items so far after it, rendered by
+        the model's template, the output budget shrunk by what this round wrote, the forced call (if any) no
+        longer forced. What the response ends with instead when that prompt cannot be made: `length` (it does
+        not fit the context), failed (the template refuses the calls, e.g. parallel ones)."""
+        if not self.setup.prompt:  # queued by a server from before tool rounds were rendered where the model runs
+            return GenerationFailed("This response was started by an older server version; create it again.")
+        context = PromptContext.from_payload(self.setup.prompt)
+        renderer = await runner.renderer(self.job.model)
+        try:
+            tokens = await asyncio.to_thread(
+                renderer.render_within_context,
+                context.system,
+                context.with_items(items),
+                truncate=context.truncate,
+                template_options=context.template_options,
+            )
+        except ContextTooLong:
+            return self.total(replace(finish, reason="length"), counted=True)
+        except TemplateRenderError as error:
+            model = self.job.model
+            return GenerationFailed(f"The chat template of model '{model}' cannot go on from this tool round: {error}")
         cap = self.job.sampling.max_output_tokens
         sampling = replace(
             self.job.sampling,
             max_output_tokens=None if cap is None else max(cap - finish.output_tokens, 1),
             grammar=self.setup.answer_grammar,
         )
-        self.job = replace(self.job, prompt_tokens=[*self.job.prompt_tokens, *tokens], sampling=sampling)
+        self.job = replace(self.job, prompt_tokens=tokens, sampling=sampling)
         return self.job
 
-    def total(self, finish: Finish) -> Finish:
-        """The last round's Finish with the usage of every round."""
+    def total(self, finish: Finish, *, counted: bool = False) -> Finish:
+        """The last round's Finish with the usage of every round (`counted`: the rounds' usage has it already)."""
+        if counted:
+            return Finish(finish.reason, self.input_tokens, self.cached_tokens, self.output_tokens)
         if not self.input_tokens and not self.output_tokens:
             return finish
         return Finish(
@@ -234,11 +275,3 @@ class ToolLoop:
             self.cached_tokens + finish.cached_tokens,
             self.output_tokens + finish.output_tokens,
         )
-
-
-def _result_text(call: StoredMcpCall) -> str:
-    if call.output is not None:
-        return call.output
-    error = call.error or {}
-    message = error.get("message") or "".join(part.get("text", "") for part in error.get("content", []))
-    return f"Error: {message}"

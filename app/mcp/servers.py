@@ -208,8 +208,9 @@ def usable(tool: ListedTool) -> bool:
 
 @dataclass(slots=True)
 class McpSetup:
-    """What a job needs of its request's MCP tools: the servers, which offered function is whose, and the
-    continuation text around a tool result (see app/jobs/tool_loop.py). Plain JSON in a job's payload."""
+    """What a job needs of its request's MCP tools: the servers, which offered function is whose, and what its
+    prompt was rendered from, for the tool rounds' prompts (see app/jobs/tool_loop.py). Plain JSON in a job's
+    payload."""
 
     servers: list[McpServer] = field(default_factory=list)
     #: Offered function name -> the server_label of the server that has it.
@@ -220,10 +221,9 @@ class McpSetup:
     approved: list[dict[str, str]] = field(default_factory=list)
     #: A listing failed: the response fails with this message after its mcp_list_tools items.
     failure: str | None = None
-    #: The chat template's text between the model's call and a tool result, and after the result (the next
-    #: assistant turn's opening): how a tool round continues the prompt.
-    after_call: str = ""
-    before_answer: str = ""
+    #: What the prompt was rendered from (app/generation/prompt.py's PromptContext, as JSON): a tool round's
+    #: prompt is it with the round's calls and results after it, rendered again by the model's template.
+    prompt: dict[str, Any] = field(default_factory=dict)
     #: The grammar of the rounds after a call (the text format's, if any): a forced call is forced once.
     answer_grammar: str | None = None
     #: The most calls this response makes (max_tool_calls, else the deployment's cap).
@@ -234,7 +234,9 @@ class McpSetup:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> McpSetup:
-        return cls(**{**payload, "servers": [McpServer(**server) for server in payload.get("servers", [])]})
+        # NOTE: a job queued by an older server carries fields since dropped (the continuation markup).
+        known = {name: value for name, value in payload.items() if name in cls.__dataclass_fields__}
+        return cls(**{**known, "servers": [McpServer(**server) for server in payload.get("servers", [])]})
 
     def server(self, label: str) -> McpServer:
         return next(server for server in self.servers if server.label == label)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRequest, ServerError
+from app.generation.chat.template import TemplateRenderError
 from app.generation.job import GenerationJob
 from app.generation.prompt import COMPACTION_SUMMARY, ChatMessage, Turn, build_context, is_user_message
 from app.generation.registry import ModelSpec
@@ -20,7 +21,14 @@ from app.ids import new_id
 from app.items.compaction import compaction_item, open_compactions, open_history
 from app.items.normalization import normalize_input
 from app.items.references import resolve_references
-from app.responses.context import Context, load_history, render_messages, renderer_for, resolve_model
+from app.responses.context import (
+    Context,
+    load_history,
+    render_messages,
+    renderer_for,
+    resolve_model,
+    template_refusal,
+)
 from app.responses.runs import run_to_final
 from app.responses.schemas import COMPACT_NOT_IMPLEMENTED, CompactedResponse, CompactRequest
 from app.runtime import Runtime
@@ -62,6 +70,8 @@ async def summarize(
         )
     except ContextTooLong as error:
         raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
+    except TemplateRenderError as error:
+        raise template_refusal(model.id, error, system, list(messages)) from None
     max_output_tokens = runtime.settings.compaction_max_output_tokens
     snapshot = ResponseObject(
         id=new_id("resp"),
@@ -94,10 +104,12 @@ def summary_as_read(item: dict[str, Any], summary: str) -> dict[str, Any]:
     return {"type": COMPACTION_SUMMARY, "id": item["id"], "summary": summary}
 
 
-async def compact_context(runtime: Runtime, context: Context, tenant: str) -> tuple[list[int], dict[str, Any]]:
+async def compact_context(
+    runtime: Runtime, context: Context, tenant: str
+) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
     """A create whose context passed its compaction threshold: the model summarises the context first, and the
     prompt is the context with that summary in its place. (prompt tokens, the compaction item that leads the
-    response's output)"""
+    response's output, that item as the model read it)"""
     system, messages = await context.messages_off_loop()
     summary = await summarize(
         runtime,
@@ -109,12 +121,13 @@ async def compact_context(runtime: Runtime, context: Context, tenant: str) -> tu
         affinity_key=context.affinity_key,
     )
     item = compaction_item(runtime.sealer, tenant, summary.text, model=context.model.id)
-    summarized = await context.messages_off_loop([summary_as_read(item, summary.text)])
+    read = summary_as_read(item, summary.text)
+    summarized = await context.messages_off_loop([read])
     try:
         prompt = await render_messages(runtime, context, *summarized)
     except ContextTooLong as error:
         raise InvalidRequest(str(error), param="input", code="context_length_exceeded") from None
-    return prompt, item
+    return prompt, item, read
 
 
 def _check_supported(request: CompactRequest) -> None:
@@ -146,11 +159,13 @@ async def compact(runtime: Runtime, request: CompactRequest, tenant: str) -> Com
             history, chain_root = await load_history(session, request.previous_response_id, tenant)
     readable_history = open_history(runtime.sealer, tenant, history, "previous_response_id")
     readable_items = open_compactions(runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content")
+    renderer = await renderer_for(runtime, model)
     system, messages = build_context(
         instructions=request.instructions,
         history=readable_history,
         new_items=readable_items,
-        reasoning_tags=(await renderer_for(runtime, model)).reasoning_tags,
+        reasoning_tags=renderer.reasoning_tags,
+        structured=renderer.structured,
     )
     if not messages:
         raise InvalidRequest("There is nothing to compact.", param="input", code="invalid_value")

@@ -18,6 +18,7 @@ from app.conversations.turns import ConversationTurn, load_conversation
 from app.errors import InvalidRequest, ServiceUnavailable
 from app.events.terminal import TERMINAL_STATUSES
 from app.generation import prompt
+from app.generation.chat.template import TemplateRenderError, conversation_case, reasoning_variables
 from app.generation.prompt import ChatMessage, Turn
 from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.tool_calls import FunctionSpec, template_tool
@@ -142,7 +143,7 @@ async def _load_history(
 def _check_prompt_size(system: ChatMessage | None, conversation: list[ChatMessage], settings: Settings) -> None:
     """A bound on the work of rendering (and truncating) a prompt: its history grows with every turn of a chain
     or a conversation, past what one request body may carry."""
-    chars = sum(len(message.content) for message in conversation) + (len(system.content) if system else 0)
+    chars = sum(len(message.text) for message in conversation) + (len(system.text) if system else 0)
     if chars > settings.max_prompt_chars:
         raise InvalidRequest(
             f"The context (instructions, history and input) is {chars} characters; this server renders prompts of "
@@ -211,6 +212,7 @@ class Context:
             new_items=[*self.readable_items, *extra_items],
             functions=self.offered,
             reasoning_tags=self.reasoning_tags,
+            structured=self.renderer.structured,
         )
 
 
@@ -268,13 +270,11 @@ async def gather_context(
     readable_items = open_compactions(runtime.sealer, tenant, items, lambda index: f"input[{index}].encrypted_content")
     # A template with tool support shows the tools its own way; otherwise the system prompt offers them.
     native_tools = renderer.supports_tools and bool(tools.functions)
-    # Templates read the variables they understand and ignore the others.
-    template_options: dict[str, Any] = {}
-    # The request's own effort first; else the one the newest configuration_update of the context set.
+    # Templates read the variables they understand and ignore the others. The request's own effort first; else
+    # the one the newest configuration_update of the context set.
     effort = request.reasoning.effort if request.reasoning else None
     applied = configured_effort(history.turns, items) if effort is None else None
-    if effort or applied:
-        template_options["reasoning_effort"] = effort or applied
+    template_options: dict[str, Any] = reasoning_variables(effort or applied)
     if native_tools:
         template_options["tools"] = [template_tool(function) for function in tools.functions]
     threshold = None
@@ -312,24 +312,40 @@ async def gather_context(
     return context
 
 
+def template_refusal(
+    model: str, error: TemplateRenderError, system: ChatMessage | None, messages: list[ChatMessage]
+) -> InvalidRequest:
+    """The 400 for a conversation the model's chat template cannot render: the model, what the conversation
+    holds, and the template's own words."""
+    case = conversation_case([message.as_template_dict() for message in ([system] if system else []) + messages])
+    return InvalidRequest(
+        f"The chat template of model '{model}' cannot render this conversation ({case}): {error}",
+        param="input",
+        code="unsupported_conversation",
+    )
+
+
 async def render_messages(
     runtime: Runtime, context: Context, system: ChatMessage | None, messages: list[ChatMessage]
 ) -> list[int]:
     """Prompt tokens within the context window (truncated when the request allows), rendered off the event loop;
-    ContextTooLong when they cannot fit."""
-    chars = sum(len(message.content) for message in messages) + (len(system.content) if system else 0)
+    ContextTooLong when they cannot fit, a 400 when the model's template refuses them."""
+    chars = sum(len(message.text) for message in messages) + (len(system.text) if system else 0)
     # Big prompts take turns: left to themselves, six of them held every thread of the pool that an ordinary
     # request's render waits for.
     turns = runtime.heavy_renders if chars >= HEAVY_PROMPT_CHARS else contextlib.nullcontext()
     with tracing.span("render prompt", {"llama_responses.prompt_chars": chars}):
         async with turns:
-            return await asyncio.to_thread(
-                context.renderer.render_within_context,
-                system,
-                messages,
-                truncate=context.truncate,
-                template_options=context.template_options,
-            )
+            try:
+                return await asyncio.to_thread(
+                    context.renderer.render_within_context,
+                    system,
+                    messages,
+                    truncate=context.truncate,
+                    template_options=context.template_options,
+                )
+            except TemplateRenderError as error:
+                raise template_refusal(context.model.id, error, system, messages) from None
 
 
 async def render_prompt(runtime: Runtime, context: Context) -> list[int] | None:

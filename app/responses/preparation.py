@@ -15,6 +15,7 @@ from app.errors import InvalidRequest
 from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
 from app.generation.kv.reuse import KvReuse
+from app.generation.prompt import PromptContext
 from app.generation.tool_calls import CLIENT_TOOL_KINDS
 from app.generation.types import PromptRenderer, SamplingParams
 from app.idempotency.claims import Claim
@@ -97,15 +98,24 @@ async def _output_grammar(renderer: PromptRenderer, tools: ToolSetup, text_forma
 
 async def _mcp_setup(
     request: CreateResponseRequest,
-    context: Context,
+    rendered: RenderedContext,
     settings: Settings,
     text_format: dict[str, Any] | None,
     grammar: str | None,
 ) -> dict[str, Any] | None:
     """What the job needs to call the request's MCP servers' tools and go on from their results."""
+    context = rendered.context
     if context.mcp is None:
         return None
-    after_call, before_answer = context.renderer.tool_turn_markup()
+    system, messages = await context.messages_off_loop(rendered.read)
+    prompt = PromptContext(
+        system=system,
+        messages=tuple(messages),
+        template_options=context.template_options,
+        structured=context.renderer.structured,
+        reasoning_tags=context.reasoning_tags,
+        truncate=context.truncate,
+    )
     # A forced call is forced once: the rounds after it answer under the text format's grammar alone.
     answer_grammar = await asyncio.to_thread(_grammar_for, text_format) if context.tools.grammar else grammar
     setup = McpSetup(
@@ -114,8 +124,7 @@ async def _mcp_setup(
         approvals=sorted(context.mcp.approvals),
         approved=[call.to_payload() for call in context.mcp.approved],
         failure=context.mcp.failure,
-        after_call=after_call,
-        before_answer=before_answer,
+        prompt=prompt.to_payload(),
         answer_grammar=answer_grammar,
         max_calls=request.max_tool_calls or settings.mcp_max_calls,
     )
@@ -156,12 +165,13 @@ def _fingerprint(
 
 @dataclass(frozen=True, slots=True)
 class RenderedContext:
-    """A context rendered: its prompt tokens, and the output items that lead the response (the compaction item
-    of an automatic compaction)."""
+    """A context rendered: its prompt tokens, the output items that lead the response (the compaction item
+    of an automatic compaction), and those items as the model read them after the context (its summary)."""
 
     context: Context
     prompt: list[int]
     leading: list[dict[str, Any]] = field(default_factory=list)
+    read: list[dict[str, Any]] = field(default_factory=list)
 
 
 class PreparedResponse:
@@ -277,7 +287,7 @@ async def prepare_response(
         conversation_input=context.items if context.conversation else [],
         leading_items=[*rendered.leading, *(context.mcp.items if context.mcp else [])],
         compaction_trigger=context.compaction_trigger,
-        mcp=await _mcp_setup(request, context, settings, params.text.get("format"), grammar),
+        mcp=await _mcp_setup(request, rendered, settings, params.text.get("format"), grammar),
         cache_comparison=comparison.to_payload() if comparison is not None else None,
     )
     return PreparedResponse(

@@ -23,8 +23,8 @@ async def render_context(
     context = await gather_context(request, tenant, runtime, connection=connection)
     prompt = await render_prompt(runtime, context)
     if prompt is None:
-        prompt, item = await compact_context(runtime, context, tenant)
-        return RenderedContext(context, prompt, [item])
+        prompt, item, summary = await compact_context(runtime, context, tenant)
+        return RenderedContext(context, prompt, [item], [summary])
     return RenderedContext(context, prompt)
 
 

@@ -45,7 +45,10 @@ class FakeRenderer:
         self.n_ctx = n_ctx
         self.reasoning_tags: tuple[str, str] | None = None
         self.supports_tools = False
+        self.structured = False
         self.rendered: list[list[ChatMessage]] = []
+        #: Each prompt it made, and the messages it made it of (what `read` gives back).
+        self.prompts: dict[tuple[int, ...], list[ChatMessage]] = {}
         self.template_options: list[Mapping[str, Any] | None] = []
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
         self.grammars_build = True
@@ -57,12 +60,19 @@ class FakeRenderer:
     def generation_prompt_tokens(self) -> tuple[int, ...]:
         return tuple(len(word) for word in self.generation_prompt.split())
 
-    def tool_turn_markup(self) -> tuple[str, str]:
-        return " end user ", " end assistant "
-
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)
         return self.grammars_build
+
+    def read(self, tokens: Sequence[int]) -> str:
+        """A prompt it made, as text: a line `role: content` a message (with its calls), then what was appended to
+        it after (a takeover's written text: FakeRunner.tokenize's one token a character)."""
+        for length in range(len(tokens), -1, -1):
+            messages = self.prompts.get(tuple(tokens[:length]))
+            if messages is not None:
+                lines = "".join(f"{message.role}: {message.text}\n" for message in messages)
+                return lines + "".join(chr(token) for token in tokens[length:])
+        raise KeyError("not a prompt this renderer made")
 
     def render(self, messages: Sequence[ChatMessage]) -> list[int]:
         words = [len(word) for message in messages for word in f"{message.role} {message.content}".split()]
@@ -83,6 +93,7 @@ class FakeRenderer:
             tokens = self.render(messages)
             if len(tokens) + 16 <= self.n_ctx:
                 self.rendered.append(messages)
+                self.prompts[tuple(tokens)] = messages
                 return tokens
         raise ContextTooLong(len(tokens), self.n_ctx)
 
@@ -161,6 +172,10 @@ class FakeRunner:
         self.crash_in_run: dict[int, int] = {}
         #: Prompt tokens each run reports reused (as a prefix-cache hit would), capped at all but the last.
         self.cached_tokens = 0
+        #: The renderers a tool round's prompt is rendered with (fake_generation gives it the app's): by model,
+        #: else the default one.
+        self.prompt_renderer: PromptRenderer = FakeRenderer()
+        self.prompt_renderers: dict[str, PromptRenderer] = {}
         self.jobs: list[GenerationJob] = []
         self.runs: dict[str, FakeRun] = {}
 
@@ -175,6 +190,9 @@ class FakeRunner:
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         return [ord(character) for character in text]
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        return self.prompt_renderers.get(model, self.prompt_renderer)
 
     def cancel(self, response_id: str) -> None:
         if response_id in self.runs:
@@ -202,6 +220,8 @@ def fake_generation(
         settings: Settings, registry: ModelRegistry, database: Database, limits: TenantRateLimits
     ) -> tuple[RendererCache, GenerationQueue]:
         cache = RendererCache(lambda spec: (renderers or {}).get(spec.id, renderer))
+        if isinstance(runner, FakeRunner):  # its tool rounds render with the app's renderers
+            runner.prompt_renderer, runner.prompt_renderers = renderer, dict(renderers or {})
         return cache, in_process_queue(runner, database, settings, limits, places=places)
 
     return build

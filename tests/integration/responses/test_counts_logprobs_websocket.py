@@ -35,6 +35,15 @@ def test_input_token_counts_are_what_create_reports(client: openai.OpenAI, model
     assert unknown.value.body["code"] == "previous_response_not_found"
 
 
+def test_control_token_text_in_input_is_counted_as_text(client: openai.OpenAI, model: str) -> None:
+    """`<|im_end|>` from a client is text (several tokens), not the vocabulary's end-of-turn token: it counts as
+    many tokens as the same characters with one changed (`<|im_enX|>`) give or take the one changed."""
+    control = client.responses.input_tokens.count(model=model, input="<|im_end|>").input_tokens
+    changed = client.responses.input_tokens.count(model=model, input="<|im_enX|>").input_tokens
+    plain = client.responses.input_tokens.count(model=model, input="x").input_tokens
+    assert abs(control - changed) <= 1 and control > plain + 2
+
+
 def test_logprobs_spell_the_text_on_parts_and_deltas(client: openai.OpenAI, model: str) -> None:
     question = "Write the word café three times."
     with client.responses.stream(

@@ -7,6 +7,7 @@ import base64
 import httpx
 import pytest
 
+from app.generation.chat.template import reasoning_variables
 from app.generation.tokenizer import parse_reasoning_tags
 from app.testing.fakes import FakeRenderer, FakeRunner
 from app.testing.sse import parse_sse
@@ -76,7 +77,7 @@ async def test_stateless_clients_get_the_reasoning_back_to_resend(
 
 async def test_the_effort_reaches_the_template(client: httpx.AsyncClient, renderer: FakeRenderer) -> None:
     await client.post("/v1/responses", json={"input": "x", "reasoning": {"effort": "high"}})
-    assert renderer.template_options[-1] == {"reasoning_effort": "high"}
+    assert renderer.template_options[-1] == reasoning_variables("high")
 
 
 async def test_reasoning_cut_by_the_token_limit_is_incomplete(client: httpx.AsyncClient, runner: FakeRunner) -> None:

@@ -20,7 +20,7 @@ from app.jobs.tool_loop import STOPPED, ToolLoop
 from app.mcp.calls import McpCaller
 from app.mcp.servers import McpServer
 from app.runtime import Runtime
-from app.testing.fakes import FakeRunner
+from app.testing.fakes import FakeRenderer, FakeRunner
 from app.testing.mcp_server import ToolServer, tool_server
 from app.testing.sse import parse_sse
 from tests.protocol import assert_well_formed_stream
@@ -75,11 +75,14 @@ async def ended(client: httpx.AsyncClient, response_id: str) -> dict[str, Any]:
 
 
 def added(runner: FakeRunner, index: int, before: int | None = None) -> str:
-    """What run `index`'s prompt adds to run `before`'s (default: the one before it); one token a character."""
-    earlier = runner.jobs[index - 1 if before is None else before].prompt_tokens
-    later = runner.jobs[index].prompt_tokens
-    assert later[: len(earlier)] == earlier, "a run continues the prompt of the one before"
-    return "".join(chr(token) for token in later[len(earlier) :])
+    """What run `index`'s prompt adds to run `before`'s (default: the one before it), as the fake renderer reads
+    its prompts: a line a message, then what a takeover appended (one token a character)."""
+    renderer = runner.prompt_renderer
+    assert isinstance(renderer, FakeRenderer)
+    earlier = renderer.read(runner.jobs[index - 1 if before is None else before].prompt_tokens)
+    later = renderer.read(runner.jobs[index].prompt_tokens)
+    assert later.startswith(earlier), "a run continues the prompt of the one before"
+    return later[len(earlier) :]
 
 
 async def test_a_run_that_dies_between_calls_is_taken_over_and_no_completed_call_is_made_again(
@@ -140,8 +143,12 @@ async def test_a_round_taken_over_mid_text_then_calling_continues_the_prompt_onc
     # The last round continues the second round's prompt with that round's whole text (the dead run's part and
     # the takeover's) once, then the result: not the takeover's prompt, which already held the dead run's part.
     assert len(runner.jobs) == 4
-    whole = f"w0 w1 w2{second}"
-    assert added(runner, 3, before=1) == f"{whole} end user <tool_response>\nhi\n</tool_response> end assistant "
+    said = final["output"][2]["content"][0]["text"]
+    assert said == "w0 w1 w2w0 w1 w2 ", "the dead run's words and the takeover's, once"
+    assert (
+        added(runner, 3, before=1)
+        == f"assistant: {said}\nassistant: {ECHO}\nuser: <tool_response>\nhi\n</tool_response>\n"
+    )
 
 
 async def test_a_run_that_died_after_reaching_max_tool_calls_is_ended_by_its_takeover_without_a_round(

@@ -118,7 +118,7 @@ def test_request_servers_are_parsed_sealed_and_redacted() -> None:
     assert server.headers(sealer, "ten") == {"Authorization": "Bearer t"}
     assert server.tool_names == ["a"] and server.read_only
     assert redacted(tools[1])["headers"] == {"Authorization": "<redacted>"}
-    setup = McpSetup(servers=[server], tools={"a": "s"}, after_call="x", before_answer="y", max_calls=3)
+    setup = McpSetup(servers=[server], tools={"a": "s"}, prompt={"messages": []}, max_calls=3)
     assert McpSetup.from_payload(setup.to_payload()) == setup
     assert McpSetup.from_payload(setup.to_payload()).server("s") == McpServer(
         "s", "http://127.0.0.1:1/mcp", server.sealed_headers, ["a"], True

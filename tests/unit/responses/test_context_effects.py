@@ -12,6 +12,7 @@ from openai.types.conversations import ConversationItem
 from openai.types.responses import Response, ResponseItem
 from pydantic import TypeAdapter
 
+from app.generation.chat.template import reasoning_variables
 from app.testing.fakes import FakeRenderer
 from app.testing.sse import parse_sse
 from tests.protocol import assert_well_formed_stream
@@ -37,7 +38,7 @@ async def test_a_configuration_update_sets_the_effort_of_later_turns(
 ) -> None:
     first = await create(client, input=[update("low"), {"role": "user", "content": "Hi."}])
     assert first["reasoning"]["effort"] == "low"
-    assert renderer.template_options[-1] == {"reasoning_effort": "low"}
+    assert renderer.template_options[-1] == reasoning_variables("low")
     assert [message.content for message in renderer.rendered[-1]] == ["Hi."], "no message for the model"
     listed = (await client.get(f"/v1/responses/{first['id']}/input_items", params={"order": "asc"})).json()["data"]
     assert listed[0]["type"] == "configuration_update" and listed[0]["id"].startswith("cfg_")
@@ -46,10 +47,10 @@ async def test_a_configuration_update_sets_the_effort_of_later_turns(
 
     # A later turn of the chain keeps it, without saying it again.
     second = await create(client, input="More.", previous_response_id=first["id"])
-    assert second["reasoning"]["effort"] == "low" and renderer.template_options[-1] == {"reasoning_effort": "low"}
+    assert second["reasoning"]["effort"] == "low" and renderer.template_options[-1] == reasoning_variables("low")
     # The request's own effort wins over the chain's update.
     own = await create(client, input="More.", previous_response_id=second["id"], reasoning={"effort": "high"})
-    assert own["reasoning"] == {"effort": "high"} and renderer.template_options[-1] == {"reasoning_effort": "high"}
+    assert own["reasoning"] == {"effort": "high"} and renderer.template_options[-1] == reasoning_variables("high")
     # A newer update replaces it; `effort: null` goes back to the default.
     third = await create(
         client, input=[update("medium"), {"role": "user", "content": "Go."}], previous_response_id=own["id"]
@@ -66,9 +67,9 @@ async def test_a_configuration_update_in_a_conversation(client: httpx.AsyncClien
     items = (await client.get(f"/v1/conversations/{conversation['id']}/items")).json()["data"]
     assert CONVERSATION_ITEM.validate_python(items[0]).type == "configuration_update"
     answer = await create(client, input="Hi.", conversation=conversation["id"])
-    assert answer["reasoning"]["effort"] == "minimal" and renderer.template_options[-1] == {
-        "reasoning_effort": "minimal"
-    }
+    assert answer["reasoning"]["effort"] == "minimal" and renderer.template_options[-1] == reasoning_variables(
+        "minimal"
+    )
 
 
 @pytest.mark.parametrize(

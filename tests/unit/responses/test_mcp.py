@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.generation.prompt import ChatMessage, ToolCall
 from app.testing.fakes import FakeRenderer, FakeRunner
 from app.testing.mcp_server import ToolServer, closed_port_url, plain_http_server, tool_server
 from app.testing.sse import parse_sse
@@ -39,10 +40,13 @@ def rounds(runner: FakeRunner, *texts: str) -> None:
 
 
 def continuation(runner: FakeRunner, index: int) -> str:
-    """What round `index` added to the prompt of round `index - 1` (the fake tokenizer: one token a character)."""
-    before, after = runner.jobs[index - 1].prompt_tokens, runner.jobs[index].prompt_tokens
-    assert after[: len(before)] == before, "a round continues the prompt of the last"
-    return "".join(chr(token) for token in after[len(before) :])
+    """What round `index` added to the prompt of round `index - 1`, as the fake renderer reads its prompts (a line
+    a message)."""
+    renderer = runner.prompt_renderer
+    assert isinstance(renderer, FakeRenderer)
+    before, after = renderer.read(runner.jobs[index - 1].prompt_tokens), renderer.read(runner.jobs[index].prompt_tokens)
+    assert after.startswith(before), "a round continues the prompt of the last"
+    return after[len(before) :]
 
 
 async def test_a_call_s_output_reaches_the_response_in_one_stream(
@@ -73,7 +77,7 @@ async def test_a_call_s_output_reaches_the_response_in_one_stream(
     # The model read the tools, then its own call and the result, in the template's turns.
     assert '"name": "add"' in renderer.rendered[-1][0].content
     assert len(runner.jobs) == 2
-    assert continuation(runner, 1) == f"{ADD} end user <tool_response>\n5\n</tool_response> end assistant "
+    assert continuation(runner, 1) == f"assistant: {ADD}\nuser: <tool_response>\n5\n</tool_response>\n"
     usage = final["usage"]
     assert usage["input_tokens"] == len(runner.jobs[0].prompt_tokens) + len(runner.jobs[1].prompt_tokens)
     stored = (await client.get(f"/v1/responses/{final['id']}")).json()
@@ -170,6 +174,21 @@ async def test_a_server_that_speaks_neither_transport_fails_the_listing(
     (listing,) = body["output"]
     assert listing["type"] == "mcp_list_tools" and "neither MCP transport" in listing["error"]
     assert runner.jobs == [], "the model never ran"
+
+
+async def test_a_template_that_renders_calls_reads_the_round_as_a_call_and_a_tool_message(
+    client: httpx.AsyncClient, runner: FakeRunner, renderer: FakeRenderer, server: ToolServer
+) -> None:
+    """The next round's prompt is the conversation rendered again with the round's items: for a template that
+    renders calls, the call in `tool_calls` (the item's id) and its result as a `tool` message."""
+    renderer.structured = renderer.supports_tools = True
+    rounds(runner, ADD, "The sum is 5.")
+    final = (await client.post("/v1/responses", json={"input": "2 + 3?", "tools": [mcp_tool(server)]})).json()
+    assert final["status"] == "completed", final["error"]
+    call = final["output"][1]
+    *_, assistant, result = renderer.prompts[tuple(runner.jobs[1].prompt_tokens)]
+    assert assistant == ChatMessage("assistant", "", (ToolCall(call["id"], "add", call["arguments"]),))
+    assert result == ChatMessage("tool", "5", tool_call_id=call["id"], name="add")
 
 
 @pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*", mcp_call_timeout_s=0.5)

@@ -42,8 +42,10 @@ def rounds(runner: FakeRunner, *texts: str) -> None:
 
 
 def prompt_text(runner: FakeRunner, index: int = -1) -> str:
-    """A run's prompt as characters: the fake tokenizer's tail (what a tool round appended) reads as text."""
-    return "".join(chr(token) for token in runner.jobs[index].prompt_tokens)
+    """A run's prompt as the fake renderer reads it (a line a message)."""
+    renderer = runner.prompt_renderer
+    assert isinstance(renderer, FakeRenderer)
+    return renderer.read(runner.jobs[index].prompt_tokens)
 
 
 def approval(request_id: str, *, approve: bool = True, reason: str | None = None) -> dict[str, Any]:
@@ -114,7 +116,7 @@ async def test_an_approval_chained_calls_the_tool_and_the_model_goes_on(
     # The model read the call and its result as if it had made the call itself this round.
     assert len(runner.jobs) == 2
     call_text = render_call("add", ADD_ARGUMENTS)
-    assert prompt_text(runner).endswith(f"{call_text} end user {render_call_output('5')} end assistant ")
+    assert prompt_text(runner).endswith(f"assistant: {call_text}\nuser: {render_call_output('5')}\n")
     assert runner.jobs[-1].sampling.grammar is None
     input_items = (await client.get(f"/v1/responses/{final['id']}/input_items")).json()["data"]
     assert [(item["type"], item["approve"]) for item in input_items] == [("mcp_approval_response", True)]
@@ -373,7 +375,7 @@ async def test_an_approval_added_as_a_conversation_item_is_made_by_the_next_resp
     assert message["content"][0]["text"] == "The sum is 5."
     assert server.calls == [("add", {"a": 2, "b": 3})]
     call_text = render_call("add", ADD_ARGUMENTS)
-    assert prompt_text(runner).endswith(f"{call_text} end user {render_call_output('5')} end assistant ")
+    assert prompt_text(runner).endswith(f"assistant: {call_text}\nuser: {render_call_output('5')}\n")
     # The call is in the conversation now: the next response does not make it again.
     rounds(runner, "Still 5.")
     third = await create(client, input="Sure?", tools=[mcp_tool(server)], conversation=conversation)
