@@ -413,6 +413,47 @@ class Settings(BaseSettings):
         description="How long a webhook delivery attempt waits for the receiver's answer (10 s, as hosted) before it "
         "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
     )
+    embedding_models: str | None = Field(
+        None,
+        description="Embedding models (GGUF files run by llama.cpp in embedding mode) as 'id=path.gguf,id2=other.gguf'"
+        "; a models file declares them as [[embedding_models]] too. None: /v1/embeddings has no model and vector "
+        "stores are searched lexically only.",
+    )
+    vector_store_embedding_model: str | None = Field(
+        None,
+        description="The embedding model new vector stores embed their chunks with (an id of embedding_models); "
+        "default: the first declared, else none (lexical search only). 'none' turns embeddings off for new stores.",
+    )
+    embedding_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="How long an embedding request waits for its model (distributed mode: for a worker that serves "
+        "it) before it fails with a 503.",
+    )
+    vector_index_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a process that indexes a vector store file holds it without renewing its claim (it "
+        "renews a few times a lease); a process that dies mid-indexing leaves the file to another one after this.",
+    )
+    vector_index_max_attempts: int = Field(
+        3,
+        ge=1,
+        description="How many times indexing a vector store file may start (each interrupted by a lost process) "
+        "before the file is `failed` with a server_error.",
+    )
+    vector_index_poll_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often each worker (distributed mode) or the server (embedded) looks for vector store files "
+        "to index; embedded mode also starts at once when a file is attached.",
+    )
+    vector_search_max_chunks: int = Field(
+        100_000,
+        ge=1,
+        description="The most chunks one search ranks by embedding (read from the database and compared in this "
+        "process); a search over more is ranked lexically only.",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -1,7 +1,8 @@
 """Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
 background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
 deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS,
-and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS. This module is the one home of every retention rule.
+and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS; a vector store goes once its own expires_after passes
+(from its last activity), with its files' chunks. This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -29,6 +30,7 @@ from app.files import repository as files
 from app.files.schemas import OUTPUT_PURPOSE
 from app.responses import repository
 from app.usage import repository as usage
+from app.vector_stores import repository as vector_stores
 from app.webhooks import repository as webhooks
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class RetentionReport:
     purged_batch_files: int = 0
     #: Delivered or given-up webhook deliveries deleted.
     purged_webhook_deliveries: int = 0
+    #: Vector stores past their expires_after deleted, with their files' chunks.
+    purged_vector_stores: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -172,6 +176,20 @@ async def purge_finished_deliveries(database: Database, retention_days: float, *
     )
 
 
+async def purge_expired_vector_stores(database: Database, *, batch: int = ROWS_BATCH) -> int:
+    """Delete the vector stores whose expires_after has passed (counted from their last activity), with their
+    files, batches and chunks, in batches; how many. A store without expires_after is kept until deleted.
+
+    NOTE: the hosted API keeps an expired store, `expired`, for a while; here it reads `expired` from the moment
+    it expires until the next retention round (every few minutes) deletes it."""
+    total = await _in_batches(
+        database, lambda session: vector_stores.purge_expired_stores(session, now=utc_now(), limit=batch)
+    )
+    if total:
+        logger.info("purged %d vector stores past their expiry", total)
+    return total
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
     """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
@@ -183,4 +201,5 @@ async def apply_retention(database: Database, settings: Settings) -> RetentionRe
         purged_batches=await purge_ended_batches(database, settings.retention_days),
         purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
         purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
+        purged_vector_stores=await purge_expired_vector_stores(database),
     )

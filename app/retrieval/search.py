@@ -1,0 +1,189 @@
+"""Searching vector stores: the seam that the vector stores API and the file_search tool share.
+
+`search(...)` takes a tenant, store ids, queries, filters, a result count and ranking options, and answers the
+ranked chunks. It ranks lexically with the database's own full-text index (Postgres full-text search, SQLite
+FTS5) and, for stores embedded by a model, by embedding too (the query embedded through the same Embedder as
+/v1/embeddings), both fused as ranking.py says. It needs no HTTP: a job calls it with its response's tenant."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.config import Settings
+from app.db.base import utc_now
+from app.db.models import VectorStoreRow
+from app.db.session import Database
+from app.generation.embeddings.base import Embedder, EmbeddingUnavailable
+from app.retrieval import repository, terms
+from app.retrieval.filters import Filter, keep, matches
+from app.retrieval.ranking import RankingOptions, combine
+from app.retrieval.vectors import nearest
+
+logger = logging.getLogger(__name__)
+
+#: The most results one search returns (the API's bound on max_num_results).
+MAX_RESULTS = 50
+#: Candidates each ranking contributes before fusion, at least (or 4 per result asked for).
+MIN_CANDIDATES = 40
+
+
+class StoreNotFound(Exception):
+    def __init__(self, store_id: str) -> None:
+        super().__init__(store_id)
+        self.store_id = store_id
+
+
+class StoreExpired(Exception):
+    def __init__(self, store_id: str) -> None:
+        super().__init__(store_id)
+        self.store_id = store_id
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    queries: Sequence[str]
+    filters: Filter | None = None
+    max_num_results: int = 10
+    ranking: RankingOptions = field(default_factory=RankingOptions)
+    rewrite_query: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    vector_store_id: str
+    file_id: str
+    filename: str
+    score: float
+    attributes: dict[str, Any] | None
+    text: str
+    #: The chunk's id and its place in its file (a citation can name it).
+    chunk_id: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResults:
+    #: The queries as searched (rewritten where asked).
+    search_query: list[str]
+    hits: list[SearchHit]
+
+
+@dataclass(frozen=True, slots=True)
+class Searcher:
+    """What a search needs, in whatever process runs it."""
+
+    database: Database
+    settings: Settings
+    embedder: Embedder | None
+
+
+async def _stores(searcher: Searcher, tenant: str, store_ids: Sequence[str]) -> list[VectorStoreRow]:
+    async with searcher.database.read() as session:
+        found = {store.id: store for store in await repository.stores_of(session, tenant, store_ids)}
+    now = utc_now()
+    for store_id in store_ids:
+        store = found.get(store_id)
+        if store is None:
+            raise StoreNotFound(store_id)
+        if store.expires_at is not None and store.expires_at <= now:
+            raise StoreExpired(store_id)
+    return list(found.values())
+
+
+async def _vector_hits(
+    searcher: Searcher,
+    stores: Sequence[VectorStoreRow],
+    file_ids: Sequence[str] | None,
+    query: str,
+    limit: int,
+) -> list[tuple[int, float]] | None:
+    """The nearest chunks by embedding, over the stores that have an embedding model (None: none has)."""
+    by_model: dict[str, list[str]] = {}
+    for store in stores:
+        if store.embedding_model is not None:
+            by_model.setdefault(store.embedding_model, []).append(store.id)
+    if not by_model:
+        return None
+    if searcher.embedder is None:
+        raise EmbeddingUnavailable("no embedding model can be reached from this process")
+    hits: list[tuple[int, float]] = []
+    for model, ids in by_model.items():
+        async with searcher.database.read() as session:
+            count = await repository.count_embedded(session, ids, file_ids)
+            if count > searcher.settings.vector_search_max_chunks:
+                logger.warning(
+                    "vector stores %s hold %d embedded chunks, over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS: ranked "
+                    "lexically only",
+                    ",".join(ids),
+                    count,
+                )
+                continue
+            rows = await repository.embedded_chunks(session, ids, file_ids)
+        vector = (await searcher.embedder.embed(model, [query])).vectors[0]
+        hits.extend(nearest(vector, rows, limit))
+    return sorted(hits, key=lambda hit: -hit[1])[:limit]
+
+
+async def _rank(
+    searcher: Searcher,
+    stores: Sequence[VectorStoreRow],
+    file_ids: Sequence[str] | None,
+    query: str,
+    request: SearchRequest,
+) -> list[tuple[int, float]]:
+    limit = max(MIN_CANDIDATES, request.max_num_results * 4)
+    store_ids = [store.id for store in stores]
+    async with searcher.database.read() as session:
+        text_hits = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
+    vector_hits = await _vector_hits(searcher, stores, file_ids, query, limit)
+    return combine(vector_hits, text_hits, request.ranking)
+
+
+async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], request: SearchRequest) -> SearchResults:
+    """The best chunks of the tenant's stores for the request's queries (a chunk found by several queries counts
+    with its best score). StoreNotFound for a store the tenant does not have (another tenant's included),
+    StoreExpired for one past its expiry; EmbeddingUnavailable when a store's embedding model cannot be reached."""
+    stores = await _stores(searcher, tenant, store_ids)
+    queries = [terms.rewrite(query) if request.rewrite_query else query for query in request.queries]
+    async with searcher.database.read() as session:
+        files = await repository.searchable_files(session, store_ids)
+    by_key = {(entry.vector_store_id, entry.file_id): entry for entry in files}
+    file_ids: list[str] | None = None
+    if request.filters is not None:
+        file_ids = keep(request.filters, [(entry.file_id, entry.attributes) for entry in files])
+    best: dict[int, float] = {}
+    if file_ids is None or file_ids:
+        for query in queries:
+            for chunk_id, score in await _rank(searcher, stores, file_ids, query, request):
+                best[chunk_id] = max(score, best.get(chunk_id, 0.0))
+    ranked = sorted(
+        ((chunk_id, score) for chunk_id, score in best.items() if score >= request.ranking.score_threshold),
+        key=lambda hit: (-hit[1], hit[0]),
+    )[: request.max_num_results]
+    async with searcher.database.transaction() as session:
+        chunks = await repository.chunks_by_id(session, [chunk_id for chunk_id, _ in ranked])
+        await repository.touch_stores(session, stores, utc_now())
+    hits = []
+    for chunk_id, score in ranked:
+        chunk = chunks.get(chunk_id)
+        entry = by_key.get((chunk.vector_store_id, chunk.file_id)) if chunk is not None else None
+        if chunk is None or entry is None:
+            continue  # its file was detached meanwhile
+        if request.filters is not None and not matches(request.filters, entry.attributes):
+            continue  # the same file, attached to another of the stores with other attributes
+        hits.append(
+            SearchHit(
+                chunk.vector_store_id,
+                chunk.file_id,
+                entry.filename,
+                round(score, 6),
+                entry.attributes,
+                chunk.text,
+                chunk.id,
+                chunk.position,
+            )
+        )
+    return SearchResults(search_query=queries, hits=hits)
