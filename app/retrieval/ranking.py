@@ -1,10 +1,13 @@
 """How a search's results are ranked and scored: the ranking options as the API takes them, the lexical and vector
 scores mapped to 0..1, and the two lists fused by weighted reciprocal rank (hybrid search).
 
-Scores: a vector hit's is its cosine similarity (below 0 as 0); a lexical hit's is its BM25 score r mapped to
-r / (r + 1) (SQLite FTS5's bm25, Postgres's ts_rank_cd normalised the same way); a fused hit's is its weighted
-reciprocal rank sum divided by the best possible one (first in both lists: 1.0). `score_threshold` applies to
-the score a result is returned with."""
+Scores: a vector hit's is its cosine similarity (below 0 as 0); a lexical hit's is the share of the query's content
+words its chunk holds (compared stemmed: terms.coverage), its order among equal shares the database's own ranking
+(SQLite FTS5's bm25, Postgres's ts_rank_cd); a fused hit's is its weighted reciprocal rank sum divided by the best
+possible one (first in both lists: 1.0). `score_threshold` applies to the score a result is returned with.
+
+NOTE: BM25 alone has no scale (a word in every chunk of a small store scores about 0), so it orders the lexical
+hits but does not score them."""
 
 from __future__ import annotations
 
@@ -25,11 +28,6 @@ class RankingOptions:
     #: hybrid_search's weights: of the embedding ranking and of the text (full-text) ranking.
     embedding_weight: float = 1.0
     text_weight: float = 1.0
-
-
-def lexical_score(raw: float) -> float:
-    raw = max(raw, 0.0)
-    return raw / (raw + 1.0)
 
 
 def vector_score(similarity: float) -> float:
@@ -58,9 +56,10 @@ def combine(
     text_hits: Sequence[tuple[int, float]],
     options: RankingOptions,
 ) -> list[tuple[int, float]]:
-    """The ranked hits (chunk id, score in 0..1): fused when both lists ran and the ranker fuses, else the vector
-    list (ranker "none" with embeddings), else the lexical one. `vector_hits` None: no embeddings searched."""
-    text = [(chunk_id, lexical_score(raw)) for chunk_id, raw in text_hits]
+    """The ranked hits (chunk id, score in 0..1), best first: fused when both lists ran and the ranker fuses, else
+    the vector list (ranker "none" with embeddings), else the lexical one (scored already, best first).
+    `vector_hits` None: no embeddings searched."""
+    text = list(text_hits)
     if vector_hits is None:
         return text
     vectors = [(chunk_id, vector_score(similarity)) for chunk_id, similarity in vector_hits]

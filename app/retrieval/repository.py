@@ -99,6 +99,15 @@ async def chunks_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[
     return {row.id: row for row in rows.scalars()}
 
 
+async def chunk_texts_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[int, str]:
+    if not chunk_ids:
+        return {}
+    rows = await session.execute(
+        select(VectorStoreChunkRow.id, VectorStoreChunkRow.text).where(VectorStoreChunkRow.id.in_(chunk_ids))
+    )
+    return {int(chunk_id): body for chunk_id, body in rows.all()}
+
+
 def _claimable(now: datetime) -> list[Any]:
     return [
         VectorStoreFileRow.status == "in_progress",

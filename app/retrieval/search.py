@@ -137,7 +137,12 @@ async def _rank(
     limit = max(MIN_CANDIDATES, request.max_num_results * 4)
     store_ids = [store.id for store in stores]
     async with searcher.database.read() as session:
-        text_hits = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
+        ranked = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
+        texts = await repository.chunk_texts_by_id(session, [chunk_id for chunk_id, _ in ranked])
+    wanted = terms.content_words(query)
+    # The database's order kept among equal shares of the query (a stable sort).
+    scored = [(chunk_id, terms.coverage(wanted, texts.get(chunk_id, ""))) for chunk_id, _ in ranked]
+    text_hits = sorted((hit for hit in scored if hit[1] > 0), key=lambda hit: -hit[1])
     vector_hits = await _vector_hits(searcher, stores, file_ids, query, limit)
     return combine(vector_hits, text_hits, request.ranking)
 

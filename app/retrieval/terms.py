@@ -33,6 +33,29 @@ def query_words(query: str) -> list[str]:
 
 def rewrite(query: str) -> str:
     """The query's content words (its words when every one is a function word)."""
+    return " ".join(content_words(query))
+
+
+#: Endings folded away before words are compared (a light stemmer: "tomatoes" meets "tomato", "watering" "water").
+_ENDINGS = (("ies", "y"), ("ing", ""), ("es", ""), ("ed", ""), ("s", ""))
+
+
+def stem(word: str) -> str:
+    for ending, replacement in _ENDINGS:
+        if len(word) > len(ending) + 2 and word.endswith(ending):
+            return word[: -len(ending)] + replacement
+    return word
+
+
+def content_words(query: str) -> list[str]:
+    """The words a query asks for: its content words (all its words when each is a function word)."""
     words = query_words(query)
-    content = [word for word in words if word not in STOP_WORDS]
-    return " ".join(content or words)
+    return [word for word in words if word not in STOP_WORDS] or words
+
+
+def coverage(wanted: list[str], text: str) -> float:
+    """The share of `wanted` words (content_words) that `text` holds, compared stemmed: 0..1."""
+    if not wanted:
+        return 0.0
+    held = {stem(word) for word in WORD.findall(text.lower())}
+    return sum(1 for word in wanted if stem(word) in held) / len(wanted)

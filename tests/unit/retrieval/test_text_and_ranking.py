@@ -8,8 +8,8 @@ import pytest
 from app.retrieval.chunking import Chunking, chunk_text
 from app.retrieval.extraction import ExtractionError, extract_text
 from app.retrieval.filters import keep, matches, parse_filter
-from app.retrieval.ranking import RankingOptions, combine, fuse, lexical_score
-from app.retrieval.terms import query_words, rewrite
+from app.retrieval.ranking import RankingOptions, combine, fuse
+from app.retrieval.terms import coverage, query_words, rewrite
 from app.retrieval.vectors import nearest, pack
 
 
@@ -94,12 +94,13 @@ def test_filters_compare_as_documented() -> None:
 
 
 def test_scores_and_fusion() -> None:
-    assert lexical_score(0) == 0 and lexical_score(1) == 0.5 and 0 < lexical_score(9) < 1
+    assert coverage(["tomatoes", "sun"], "A tomato needs sun.") == 1.0
+    assert coverage(["watering", "cats"], "Water it daily") == 0.5 and coverage([], "x") == 0
     both = fuse([(1, 0.9), (2, 0.8)], [(1, 3.0), (3, 2.0)], RankingOptions())
     assert both[0][0] == 1 and both[0][1] == pytest.approx(1.0) and {chunk for chunk, _ in both} == {1, 2, 3}
     text_heavy = fuse([(2, 0.9), (1, 0.1)], [(1, 3.0), (2, 2.0)], RankingOptions(embedding_weight=0.1, text_weight=1))
     assert text_heavy[0][0] == 1
-    assert combine(None, [(5, 1.0)], RankingOptions()) == [(5, 0.5)]
+    assert combine(None, [(5, 0.5)], RankingOptions()) == [(5, 0.5)]
     assert combine([(7, 0.5)], [(5, 1.0)], RankingOptions(ranker="none")) == [(7, 0.5)]
 
 

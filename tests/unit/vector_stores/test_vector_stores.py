@@ -104,7 +104,10 @@ async def test_filters_results_threshold_and_rewrite(client: httpx.AsyncClient) 
     assert await topics({"type": "eq", "key": "missing", "value": "x"}) == []
     one = await sdk.vector_stores.search(store.id, query="garden", max_num_results=1)
     assert len(one.data) == 1
-    none = await sdk.vector_stores.search(store.id, query="garden", ranking_options={"score_threshold": 0.99})
+    # A lexical hit scores the share of the query's content words it holds: half of "garden tulips".
+    half = await sdk.vector_stores.search(store.id, query="garden tulips", ranking_options={"score_threshold": 0.5})
+    assert len(half.data) == 3 and all(hit.score == 0.5 for hit in half.data)
+    none = await sdk.vector_stores.search(store.id, query="garden tulips", ranking_options={"score_threshold": 0.6})
     assert none.data == []
     rewritten = await client.post(
         f"/v1/vector_stores/{store.id}/search", json={"query": "What is the garden?", "rewrite_query": True}
