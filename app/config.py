@@ -415,44 +415,34 @@ class Settings(BaseSettings):
     )
     embedding_models: str | None = Field(
         None,
-        description="Embedding models (GGUF files run by llama.cpp in embedding mode) as 'id=path.gguf,id2=other.gguf'"
-        "; a models file declares them as [[embedding_models]] too. None: /v1/embeddings has no model and vector "
-        "stores are searched lexically only.",
+        description="Embedding models (GGUF, llama.cpp embedding mode) as 'id=path.gguf,id2=other.gguf' (a models "
+        "file's [[embedding_models]] too); none: no /v1/embeddings model, and vector stores search lexically only.",
     )
     vector_store_embedding_model: str | None = Field(
-        None,
-        description="The embedding model new vector stores embed their chunks with (an id of embedding_models); "
-        "default: the first declared, else none (lexical search only). 'none' turns embeddings off for new stores.",
+        None, description="The embedding model new vector stores use; default: the first declared; 'none': lexical."
     )
     embedding_timeout_s: float = Field(
-        120.0,
-        gt=0,
-        description="How long an embedding request waits for its model (distributed mode: for a worker that serves "
-        "it) before it fails with a 503.",
+        120.0, gt=0, description="How long an embedding waits for its model (a worker that serves it) before a 503."
     )
     vector_index_lease_s: float = Field(
         60.0,
         gt=0,
-        description="How long a process that indexes a vector store file holds it without renewing its claim (it "
-        "renews a few times a lease); a process that dies mid-indexing leaves the file to another one after this.",
+        description="How long a vector store file's indexing claim holds unrenewed: a process that dies mid-indexing "
+        "leaves the file to another one after this.",
     )
     vector_index_max_attempts: int = Field(
-        3,
-        ge=1,
-        description="How many times indexing a vector store file may start (each interrupted by a lost process) "
-        "before the file is `failed` with a server_error.",
+        3, ge=1, description="Indexing starts a vector store file may take (lost ones) before it is `failed`."
     )
     vector_index_poll_s: float = Field(
-        1.0,
-        gt=0,
-        description="How often each worker (distributed mode) or the server (embedded) looks for vector store files "
-        "to index; embedded mode also starts at once when a file is attached.",
+        1.0, gt=0, description="How often the workers (or the embedded server) look for vector store files to index."
+    )
+    vector_cache_mb: float = Field(
+        256.0, ge=0, description="MB of vector stores' embeddings a process keeps between searches; 0: read each time."
     )
     vector_search_max_chunks: int = Field(
         100_000,
         ge=1,
-        description="The most chunks one search ranks by embedding (read from the database and compared in this "
-        "process); a search over more is ranked lexically only.",
+        description="The most embedded chunks one search ranks by embedding (in this process); over it: lexically.",
     )
 
     @field_validator("api_keys", mode="before")

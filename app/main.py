@@ -50,6 +50,7 @@ from app.ops.periodic import run_periodically
 from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
 from app.quotas.stored_bytes import measure_stored_bytes
 from app.read_cache.cache import ResponseJsonCache
+from app.read_cache.vectors import StoreVectorCache
 from app.responses import endpoints as responses
 from app.retrieval.indexing import Indexer
 from app.runtime import Runtime
@@ -181,6 +182,7 @@ def create_app(
             embedding_models=embedding_models,
             embedder=embedder,
             wake_indexer=indexer.wake.set if indexer is not None else lambda: None,
+            vector_cache=StoreVectorCache(int(settings.vector_cache_mb * 1024 * 1024)),
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))

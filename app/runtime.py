@@ -16,6 +16,7 @@ from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.policy import FixedLimits, LimitsPolicy
 from app.read_cache.cache import ResponseJsonCache
+from app.read_cache.vectors import StoreVectorCache
 from app.secrets.sealer import ContentSealer
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
@@ -57,3 +58,5 @@ class Runtime:
     embedder: Embedder | None = None
     #: Starts this process's vector store indexing round at once (embedded mode; the workers poll).
     wake_indexer: Callable[[], None] = lambda: None
+    #: Vector stores' embeddings kept between searches (off: 0 bytes).
+    vector_cache: StoreVectorCache = field(default_factory=lambda: StoreVectorCache(0))

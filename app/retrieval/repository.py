@@ -72,24 +72,23 @@ async def lexical_hits(
     return [(int(chunk_id), float(score)) for chunk_id, score in rows.all()]
 
 
-def _chunks_of(store_ids: Sequence[str], file_ids: Sequence[str] | None) -> list[Any]:
-    conditions = [VectorStoreChunkRow.vector_store_id.in_(store_ids), VectorStoreChunkRow.embedding.is_not(None)]
-    if file_ids is not None:
-        conditions.append(VectorStoreChunkRow.file_id.in_(file_ids))
-    return conditions
+async def vector_revision(session: AsyncSession, store_id: str) -> tuple[int, int]:
+    """A store's embedded chunks: how many, and the highest id (what a cached copy of them is checked against)."""
+    query = select(func.count(), func.coalesce(func.max(VectorStoreChunkRow.id), 0)).where(
+        VectorStoreChunkRow.vector_store_id == store_id, VectorStoreChunkRow.embedding.is_not(None)
+    )
+    count, newest = (await session.execute(query)).one()
+    return int(count), int(newest)
 
 
-async def count_embedded(session: AsyncSession, store_ids: Sequence[str], file_ids: Sequence[str] | None) -> int:
-    query = select(func.count()).select_from(VectorStoreChunkRow).where(*_chunks_of(store_ids, file_ids))
-    return int((await session.execute(query)).scalar_one())
-
-
-async def embedded_chunks(
-    session: AsyncSession, store_ids: Sequence[str], file_ids: Sequence[str] | None
-) -> list[tuple[int, bytes]]:
-    """Every embedded chunk of these stores (of these files): (chunk id, packed vector)."""
-    query = select(VectorStoreChunkRow.id, VectorStoreChunkRow.embedding).where(*_chunks_of(store_ids, file_ids))
-    return [(int(chunk_id), bytes(data or b"")) for chunk_id, data in (await session.execute(query)).all()]
+async def store_embeddings(session: AsyncSession, store_id: str) -> list[tuple[int, str, bytes]]:
+    """Every embedded chunk of the store: (chunk id, file id, packed vector)."""
+    query = select(VectorStoreChunkRow.id, VectorStoreChunkRow.file_id, VectorStoreChunkRow.embedding).where(
+        VectorStoreChunkRow.vector_store_id == store_id, VectorStoreChunkRow.embedding.is_not(None)
+    )
+    return [
+        (int(chunk_id), file_id, bytes(data or b"")) for chunk_id, file_id, data in (await session.execute(query)).all()
+    ]
 
 
 async def chunks_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[int, VectorStoreChunkRow]:
@@ -255,9 +254,15 @@ async def stores_of(session: AsyncSession, tenant: str, store_ids: Sequence[str]
     return list(rows.scalars())
 
 
+#: A store searched again within this long is not marked active again (one write a minute, not one a search).
+TOUCH_EVERY = timedelta(seconds=60)
+
+
 async def touch_stores(session: AsyncSession, stores: Sequence[VectorStoreRow], now: datetime) -> None:
     """Mark the stores active now: their expiry (expires_after, anchored at last_active_at) moves with it."""
     for store in stores:
+        if now - store.last_active_at < TOUCH_EVERY:
+            continue
         values: dict[str, Any] = {"last_active_at": now}
         if store.expires_after_days is not None:
             values["expires_at"] = now + timedelta(days=store.expires_after_days)

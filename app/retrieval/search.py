@@ -17,10 +17,11 @@ from app.db.base import utc_now
 from app.db.models import VectorStoreRow
 from app.db.session import Database
 from app.generation.embeddings.base import Embedder, EmbeddingUnavailable
+from app.read_cache.vectors import StoreVectorCache, StoreVectors
 from app.retrieval import repository, terms
 from app.retrieval.filters import Filter, keep, matches
 from app.retrieval.ranking import RankingOptions, combine
-from app.retrieval.vectors import nearest
+from app.retrieval.vectors import nearest_in, store_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class Searcher:
     database: Database
     settings: Settings
     embedder: Embedder | None
+    #: The stores' vectors kept in this process between searches (a process's one cache; none: read each time).
+    vectors: StoreVectorCache = field(default_factory=lambda: StoreVectorCache(0))
 
 
 async def _stores(searcher: Searcher, tenant: str, store_ids: Sequence[str]) -> list[VectorStoreRow]:
@@ -111,20 +114,36 @@ async def _vector_hits(
         raise EmbeddingUnavailable("no embedding model can be reached from this process")
     hits: list[tuple[int, float]] = []
     for model, ids in by_model.items():
-        async with searcher.database.read() as session:
-            count = await repository.count_embedded(session, ids, file_ids)
-            if count > searcher.settings.vector_search_max_chunks:
-                logger.warning(
-                    "vector stores %s hold %d embedded chunks, over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS: ranked "
-                    "lexically only",
-                    ",".join(ids),
-                    count,
-                )
-                continue
-            rows = await repository.embedded_chunks(session, ids, file_ids)
+        count, matrices = await _store_vectors(searcher, ids)
+        if count > searcher.settings.vector_search_max_chunks:
+            logger.warning(
+                "vector stores %s hold %d embedded chunks, over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS: ranked lexically "
+                "only",
+                ",".join(ids),
+                count,
+            )
+            continue
         vector = (await searcher.embedder.embed(model, [query])).vectors[0]
-        hits.extend(nearest(vector, rows, limit))
+        hits.extend(nearest_in(vector, matrices, file_ids, limit))
     return sorted(hits, key=lambda hit: -hit[1])[:limit]
+
+
+async def _store_vectors(searcher: Searcher, store_ids: Sequence[str]) -> tuple[int, list[StoreVectors]]:
+    """How many embedded chunks the stores hold, and their vectors: from this process's cache while they are
+    unchanged, else read (and kept); none read when the count is over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS."""
+    async with searcher.database.read() as session:
+        revisions = {store_id: await repository.vector_revision(session, store_id) for store_id in store_ids}
+        total = sum(count for count, _ in revisions.values())
+        if total > searcher.settings.vector_search_max_chunks:
+            return total, []
+        found = []
+        for store_id, revision in revisions.items():
+            cached = searcher.vectors.get(store_id, revision)
+            if cached is None:
+                cached = store_vectors(revision, await repository.store_embeddings(session, store_id))
+                searcher.vectors.put(store_id, cached)
+            found.append(cached)
+    return total, found
 
 
 async def _rank(
@@ -168,9 +187,11 @@ async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], requ
         ((chunk_id, score) for chunk_id, score in best.items() if score >= request.ranking.score_threshold),
         key=lambda hit: (-hit[1], hit[0]),
     )[: request.max_num_results]
-    async with searcher.database.transaction() as session:
+    async with searcher.database.read() as session:
         chunks = await repository.chunks_by_id(session, [chunk_id for chunk_id, _ in ranked])
-        await repository.touch_stores(session, stores, utc_now())
+    if any(utc_now() - store.last_active_at >= repository.TOUCH_EVERY for store in stores):
+        async with searcher.database.transaction() as session:
+            await repository.touch_stores(session, stores, utc_now())
     hits = []
     for chunk_id, score in ranked:
         chunk = chunks.get(chunk_id)

@@ -151,7 +151,7 @@ def search_request(body: SearchVectorStoreRequest) -> SearchRequest:
 
 
 def searcher_of(runtime: Runtime) -> Searcher:
-    return Searcher(runtime.database, runtime.settings, runtime.embedder)
+    return Searcher(runtime.database, runtime.settings, runtime.embedder, runtime.vector_cache)
 
 
 async def search_store(

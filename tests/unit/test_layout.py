@@ -188,7 +188,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.vector_stores",
         "app.webhooks",
     },
-    "app.retrieval": {"app.config", "app.db", "app.files", "app.generation", "app.ids"},
+    "app.retrieval": {"app.config", "app.db", "app.files", "app.generation", "app.ids", "app.read_cache"},
     "app.vector_stores": {
         "app.api",
         "app.db",

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from app.read_cache.vectors import StoreVectorCache
 from app.retrieval.chunking import Chunking, chunk_text
 from app.retrieval.extraction import ExtractionError, extract_text
 from app.retrieval.filters import keep, matches, parse_filter
 from app.retrieval.ranking import RankingOptions, combine, fuse
 from app.retrieval.terms import coverage, query_words, rewrite
-from app.retrieval.vectors import nearest, pack
+from app.retrieval.vectors import nearest_in, pack, store_vectors
 
 
 def pdf_with_text(text: str) -> bytes:
@@ -111,7 +112,24 @@ def test_queries_and_their_rewrite() -> None:
 
 
 def test_nearest_vectors_best_first() -> None:
-    rows = [(1, pack([1.0, 0.0])), (2, pack([0.0, 1.0])), (3, pack([0.7, 0.7])), (4, pack([1.0, 0.0, 0.0]))]
-    best = nearest([1.0, 0.1], rows, 2)
+    rows = [(1, "a", pack([1.0, 0.0])), (2, "b", pack([0.0, 1.0])), (3, "b", pack([0.7, 0.7]))]
+    # A row of another width (another model's) is left out.
+    store = store_vectors((4, 4), [*rows, (4, "a", pack([1.0, 0.0, 0.0]))])
+    assert store.matrix.shape == (3, 2)
+    best = nearest_in([1.0, 0.1], [store], None, 2)
     assert [chunk for chunk, _ in best] == [1, 3] and best[0][1] == pytest.approx(0.995, abs=1e-3)
-    assert nearest([0.0, 0.0], rows, 2) == []
+    assert [chunk for chunk, _ in nearest_in([1.0, 0.1], [store], ["b"], 5)] == [3, 2]
+    assert nearest_in([0.0, 0.0], [store], None, 2) == []
+    assert nearest_in([1.0, 0.0], [store_vectors((0, 0), [])], None, 2) == []
+
+
+def test_kept_vectors_hold_while_their_revision_does_within_a_size() -> None:
+    small = store_vectors((1, 1), [(1, "a", pack([1.0, 0.0]))])
+    cache = StoreVectorCache(small.size_bytes * 2)
+    cache.put("vs_a", small)
+    assert cache.get("vs_a", (1, 1)) is small
+    assert cache.get("vs_a", (2, 5)) is None  # a chunk was added since
+    cache.put("vs_b", small)
+    cache.put("vs_c", small)  # over the size: the least recently used goes
+    assert cache.get("vs_a", (1, 1)) is None and cache.get("vs_c", (1, 1)) is small
+    assert StoreVectorCache(0).get("vs_a", (1, 1)) is None

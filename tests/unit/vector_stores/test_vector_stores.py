@@ -146,6 +146,21 @@ async def test_stores_with_an_embedding_model_rank_by_both(client: httpx.AsyncCl
         json={"query": "tomatoes", "ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}}},
     )
     assert [hit["file_id"] for hit in text_only.json()["data"]] == [guide.id]
+    # A file indexed after a search is found by the next one (the kept vectors are checked against the database).
+    later = await sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id, file=("late.txt", b"late harvest of tomatoes sun"), poll_interval_ms=20
+    )
+    again = await client.post(
+        f"/v1/vector_stores/{store.id}/search",
+        json={"query": "late harvest of tomatoes sun", "ranking_options": {"ranker": "none"}},
+    )
+    assert again.json()["data"][0]["file_id"] == later.id
+    await sdk.vector_stores.files.delete(later.id, vector_store_id=store.id)
+    gone = await client.post(
+        f"/v1/vector_stores/{store.id}/search",
+        json={"query": "late harvest of tomatoes sun", "ranking_options": {"ranker": "none"}},
+    )
+    assert all(hit["file_id"] != later.id for hit in gone.json()["data"])
     embedder.unavailable = True
     unavailable = await client.post(f"/v1/vector_stores/{store.id}/search", json={"query": "tomatoes"})
     assert unavailable.status_code == 503
