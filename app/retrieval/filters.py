@@ -40,7 +40,10 @@ def _scalar(value: Any, where: str) -> Scalar:
     if isinstance(value, bool | str):
         return value
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"{where}.value is too large a number") from None
     raise ValueError(f"{where}.value must be a string, a number or a boolean")
 
 

@@ -4,9 +4,9 @@ VectorStoreFileBatch, their create and update parameters, and the search page.""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from app.schemas.metadata import check_metadata
 
@@ -38,6 +38,16 @@ def check_attributes(value: Attributes | None) -> Attributes | None:
     return value
 
 
+def no_nul(value: str | None) -> str | None:
+    # Postgres stores no NUL in text: refused here, as metadata's are, rather than failing the write.
+    if value is not None and "\x00" in value:
+        raise ValueError("the text may not contain the NUL character (\\u0000)")
+    return value
+
+
+FileId = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(no_nul)]
+
+
 class StaticChunking(BaseModel):
     max_chunk_size_tokens: int = Field(ge=100, le=4096)
     chunk_overlap_tokens: int = Field(ge=0)
@@ -54,9 +64,9 @@ class ExpiresAfter(BaseModel):
 
 
 class CreateVectorStoreRequest(BaseModel):
-    name: str | None = Field(None, max_length=256)
-    description: str | None = Field(None, max_length=512)
-    file_ids: list[str] | None = Field(None, max_length=MAX_BATCH_FILES)
+    name: Annotated[str | None, AfterValidator(no_nul)] = Field(None, max_length=256)
+    description: Annotated[str | None, AfterValidator(no_nul)] = Field(None, max_length=512)
+    file_ids: list[FileId] | None = Field(None, max_length=MAX_BATCH_FILES)
     chunking_strategy: ChunkingStrategyParam | None = None
     expires_after: ExpiresAfter | None = None
     metadata: dict[str, str] | None = None
@@ -68,7 +78,7 @@ class CreateVectorStoreRequest(BaseModel):
 
 
 class UpdateVectorStoreRequest(BaseModel):
-    name: str | None = Field(None, max_length=256)
+    name: Annotated[str | None, AfterValidator(no_nul)] = Field(None, max_length=256)
     expires_after: ExpiresAfter | None = None
     metadata: dict[str, str] | None = None
 
@@ -109,7 +119,7 @@ class SearchVectorStoreRequest(BaseModel):
 
 
 class FileParam(BaseModel):
-    file_id: str = Field(min_length=1, max_length=64)
+    file_id: FileId
     attributes: Attributes | None = None
     chunking_strategy: ChunkingStrategyParam | None = None
 
@@ -129,7 +139,7 @@ class UpdateFileRequest(BaseModel):
 
 
 class CreateFileBatchRequest(BaseModel):
-    file_ids: list[str] | None = Field(None, max_length=MAX_BATCH_FILES)
+    file_ids: list[FileId] | None = Field(None, max_length=MAX_BATCH_FILES)
     files: list[FileParam] | None = Field(None, max_length=MAX_BATCH_FILES)
     attributes: Attributes | None = None
     chunking_strategy: ChunkingStrategyParam | None = None

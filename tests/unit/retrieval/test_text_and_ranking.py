@@ -84,6 +84,7 @@ def test_filters_compare_as_documented() -> None:
         {"type": "and", "filters": []},
         {"type": "xor", "filters": [{"type": "eq", "key": "k", "value": 1}]},
         {"type": "eq", "key": "k", "value": {"nested": 1}},
+        {"type": "gt", "key": "k", "value": 10**400},
     ):
         with pytest.raises(ValueError):
             parse_filter(bad)
