@@ -61,7 +61,8 @@ def test_refusals_name_the_entry(weights: Path, values: dict[str, str], says: st
 def test_a_bad_models_file_entry_is_named(tmp_path: Path, weights: Path) -> None:
     models_file = tmp_path / "models.toml"
     models_file.write_text(
-        '[[models]]\nid = "chat"\npath = "chat.gguf"\n\n[[embedding_models]]\nid = "e"\npath = "embed.gguf"\npooling = "max"\n'
+        '[[models]]\nid = "chat"\npath = "chat.gguf"\n\n'
+        '[[embedding_models]]\nid = "e"\npath = "embed.gguf"\npooling = "max"\n'
     )
     with pytest.raises(ModelConfigError, match=r"embedding_models\[0\]: pooling"):
         load_embedding_models(Settings(_env_file=None, models_file=models_file))
