@@ -1,7 +1,7 @@
-"""Vector stores in distributed mode (an API node, workers, Postgres, Redis), the shipped SmolLM2 as the embedding
-model served by the workers: a file indexed on a worker (its chunks embedded through the embedding model's queue,
-as /v1/embeddings is) and searched through the SDK; a worker killed while it indexes a file leaves the file to
-another worker, and the file ends completed (or failed), never in progress for ever."""
+"""Vector stores in distributed mode (an API node, workers, Postgres and its full-text search, Redis), the shipped
+SmolLM2 as the embedding model served by the workers: a file indexed on a worker (its chunks embedded through the
+embedding model's queue, as /v1/embeddings is) and searched through the SDK; a worker killed while it indexes a file
+leaves the file to another worker, and the file ends completed (or failed), never in progress for ever."""
 
 from __future__ import annotations
 

