@@ -5,6 +5,7 @@ Also the wire form of a store and of its files, which both services build."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -68,6 +69,13 @@ def store_object(row: VectorStoreRow, counts: Counts, usage_bytes: int) -> Vecto
         last_active_at=_seconds(row.last_active_at),
         metadata=row.metadata_,
     )
+
+
+def mark_active(store: VectorStoreRow) -> None:
+    """The store was used now: its expiry (expires_after, anchored at last_active_at) moves with it."""
+    store.last_active_at = utc_now()
+    days = store.expires_after_days
+    store.expires_at = store.last_active_at + timedelta(days=days) if days is not None else None
 
 
 def store_file_object(row: VectorStoreFileRow) -> VectorStoreFileObject:
@@ -175,7 +183,7 @@ async def create_store_file(runtime: Runtime, store_id: str, tenant: str, body: 
         chunking = chunking_of(body.chunking_strategy, "chunking_strategy")
         entry = FileParam(file_id=body.file_id, attributes=body.attributes)
         (row,) = await attach_files(session, runtime, store, [entry], chunking=chunking, attributes=None, batch_id=None)
-        store.last_active_at = utc_now()
+        mark_active(store)
     runtime.wake_indexer()
     return store_file_object(row)
 

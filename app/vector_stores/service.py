@@ -18,7 +18,7 @@ from app.retrieval.search import Searcher, SearchRequest, StoreExpired, StoreNot
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest, cursor_page, page_after
 from app.vector_stores import repository
-from app.vector_stores.files_service import attach_files, chunking_of, store_object
+from app.vector_stores.files_service import attach_files, chunking_of, mark_active, store_object
 from app.vector_stores.schemas import (
     CreateVectorStoreRequest,
     FileParam,
@@ -101,15 +101,13 @@ async def update_store(
         row = await repository.get_store(session, store_id, tenant)
         if row is None:
             raise store_not_found(store_id)
-        now = utc_now()
         if "name" in fields and body.name is not None:
             row.name = body.name
         if "metadata" in fields:
             row.metadata_ = body.metadata
         if "expires_after" in fields:
             row.expires_after_days = body.expires_after.days if body.expires_after is not None else None
-        row.last_active_at = now
-        row.expires_at = now + timedelta(days=row.expires_after_days) if row.expires_after_days is not None else None
+        mark_active(row)
         await session.flush()
         await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.name, row.metadata_))
     return (await describe(runtime, [row]))[0]
