@@ -229,6 +229,27 @@ class Settings(BaseSettings):
         description="How long the usage table keeps a day's counters (GET /v1/usage), in days from that day; "
         "0 keeps them forever; at most 36500 (100 years).",
     )
+    idempotency_window_hours: float = Field(
+        24.0,
+        gt=0,
+        le=876000,
+        description="How long an Idempotency-Key is remembered, from the first request that sent it: the same key "
+        "with the same body answers what that request answered until then, and is a new create after (purged "
+        "with retention); at most 876000 (100 years).",
+    )
+    idempotency_wait_s: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="How long a create waits for an earlier request with the same Idempotency-Key that is still "
+        "running (a response's: until it is stored) before it answers 409 `idempotency_key_in_use`.",
+    )
+    idempotency_abandoned_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a request may hold its Idempotency-Key without finishing before its process is taken "
+        "for dead and a retry with the key runs the create again.",
+    )
     metrics_max_tenants: int = Field(
         100,
         ge=0,
@@ -414,9 +435,7 @@ class Settings(BaseSettings):
         "counts as failed; a process that dies mid-attempt leaves the delivery to another one after 6 times this.",
     )
     embedding_models: str | None = Field(
-        None,
-        description="Embedding models (GGUF, llama.cpp embedding mode) as 'id=path.gguf,id2=other.gguf' (a models "
-        "file's [[embedding_models]] too); none: no /v1/embeddings model, and vector stores search lexically only.",
+        None, description="Embedding models (llama.cpp embedding mode), 'id=path.gguf,...'; none: lexical search only."
     )
     vector_store_embedding_model: str | None = Field(
         None, description="The embedding model new vector stores use; default: the first declared; 'none': lexical."
@@ -425,24 +444,15 @@ class Settings(BaseSettings):
         120.0, gt=0, description="How long an embedding waits for its model (a worker that serves it) before a 503."
     )
     vector_index_lease_s: float = Field(
-        60.0,
-        gt=0,
-        description="How long a vector store file's indexing claim holds unrenewed: a process that dies mid-indexing "
-        "leaves the file to another one after this.",
+        60.0, gt=0, description="How long a vector store file's indexing claim holds unrenewed (a lost process's)."
     )
     vector_index_max_attempts: int = Field(
         3, ge=1, description="Indexing starts a vector store file may take (lost ones) before it is `failed`."
     )
-    vector_index_poll_s: float = Field(
-        1.0, gt=0, description="How often the workers (or the embedded server) look for vector store files to index."
-    )
-    vector_cache_mb: float = Field(
-        256.0, ge=0, description="MB of vector stores' embeddings a process keeps between searches; 0: read each time."
-    )
+    vector_index_poll_s: float = Field(1.0, gt=0, description="Seconds between indexing rounds (workers, or embedded).")
+    vector_cache_mb: float = Field(256.0, ge=0, description="MB of store embeddings kept between searches; 0: none.")
     vector_search_max_chunks: int = Field(
-        100_000,
-        ge=1,
-        description="The most embedded chunks one search ranks by embedding (in this process); over it: lexically.",
+        100_000, ge=1, description="The most embedded chunks one search ranks by embedding; over it: lexically."
     )
 
     @field_validator("api_keys", mode="before")

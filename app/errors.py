@@ -60,6 +60,12 @@ class NotFound(ApiError):
     status_code = 404
 
 
+class Conflict(ApiError):
+    """409: the request conflicts with an earlier one (an Idempotency-Key sent with another body, or still in use)."""
+
+    status_code = 409
+
+
 class RequestTooLarge(ApiError):
     """413: the body is over the server's limit (refused before it is read in full)."""
 

@@ -26,6 +26,7 @@ ERROR_DESCRIPTIONS = {
     401: "No API key, or an unknown one.",
     403: "The API key's role may not do this: a `read` key writing, a key that is not an admin's on the key API.",
     404: "No such object for this API key.",
+    409: "The Idempotency-Key was sent before with another request, or its first request is still running.",
     413: "The request body is larger than this server accepts.",
     429: "Too many requests in flight for this API key; `Retry-After` says when to try again.",
     500: "The server failed (a bug, or the model could not produce a result).",

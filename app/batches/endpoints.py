@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from app.api.deps import RuntimeDep, TenantDep
 from app.api.openapi import errors, json_body
 from app.api.paging import NewestFirstPageDep
 from app.batches import service
 from app.batches.schemas import BatchList, BatchObject, CreateBatchRequest
+from app.idempotency.answers import create_once
+from app.idempotency.header import keyed_request, with_key_header
 from app.schemas.parsing import parse_body
 
 router = APIRouter()
 
 
 # 404: the input file.
-@router.post("/batches", openapi_extra=json_body(CreateBatchRequest), responses=errors(404))
-async def create_batch(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> BatchObject:
-    body = parse_body(await request.body(), CreateBatchRequest, runtime.settings)
-    return await service.create_batch(runtime, tenant, body)
+@router.post(
+    "/batches",
+    response_model=BatchObject,
+    openapi_extra=with_key_header(json_body(CreateBatchRequest)),
+    responses=errors(404, 409),
+)
+async def create_batch(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> BatchObject | Response:
+    raw = await request.body()
+    body = parse_body(raw, CreateBatchRequest, runtime.settings)
+    return await create_once(
+        runtime, tenant, keyed_request(request, raw), partial(service.create_batch, runtime, tenant, body)
+    )
 
 
 @router.get("/batches", responses=errors(400))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -17,16 +19,27 @@ from app.conversations.schemas import (
     DeletedConversation,
     ItemsCreateRequest,
 )
+from app.idempotency.answers import create_once
+from app.idempotency.header import keyed_request, with_key_header
 from app.schemas.parsing import parse_body
 
 router = APIRouter()
 
 
-@router.post("/conversations", openapi_extra=json_body(ConversationCreateRequest, required=False))
-async def create_conversation(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> ConversationObject:
+@router.post(
+    "/conversations",
+    response_model=ConversationObject,
+    openapi_extra=with_key_header(json_body(ConversationCreateRequest, required=False)),
+    responses=errors(409),
+)
+async def create_conversation(
+    request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep
+) -> ConversationObject | Response:
     # Every field is optional: an empty body is an empty conversation.
-    body = parse_body(await request.body() or b"{}", ConversationCreateRequest, runtime.settings)
-    return await service.create_conversation(runtime, tenant, items=body.items, metadata=body.metadata)
+    raw = await request.body() or b"{}"
+    body = parse_body(raw, ConversationCreateRequest, runtime.settings)
+    create = partial(service.create_conversation, runtime, tenant, items=body.items, metadata=body.metadata)
+    return await create_once(runtime, tenant, keyed_request(request, raw), create)
 
 
 @router.get("/conversations/{conversation_id}", responses=errors(404))
@@ -50,7 +63,10 @@ async def delete_conversation(conversation_id: str, runtime: RuntimeDep, tenant:
 
 
 @router.post(
-    "/conversations/{conversation_id}/items", openapi_extra=json_body(ItemsCreateRequest), responses=errors(404)
+    "/conversations/{conversation_id}/items",
+    response_model=ConversationItemList,
+    openapi_extra=with_key_header(json_body(ItemsCreateRequest)),
+    responses=errors(404, 409),
 )
 async def add_items(
     conversation_id: str,
@@ -58,9 +74,11 @@ async def add_items(
     runtime: RuntimeDep,
     tenant: WorkingTenantDep,
     includes: IncludesDep,
-) -> ConversationItemList:
-    body = parse_body(await request.body(), ItemsCreateRequest, runtime.settings)
-    return await service.add_items(runtime, conversation_id, tenant, body.items, includes=includes)
+) -> ConversationItemList | Response:
+    raw = await request.body()
+    body = parse_body(raw, ItemsCreateRequest, runtime.settings)
+    add = partial(service.add_items, runtime, conversation_id, tenant, body.items, includes=includes)
+    return await create_once(runtime, tenant, keyed_request(request, raw), add)
 
 
 @router.get("/conversations/{conversation_id}/items", responses=errors(404))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from app.api.deps import RuntimeDep, TenantDep
@@ -16,6 +17,8 @@ from app.errors import InvalidRequest
 from app.files import service
 from app.files.schemas import FileDeleted, FileList, FileObject
 from app.files.storage import CHUNK_BYTES
+from app.idempotency.answers import create_once
+from app.idempotency.header import keyed_upload, with_key_header
 
 router = APIRouter()
 
@@ -43,8 +46,10 @@ async def _upload_chunks(upload: UploadFile) -> AsyncIterator[bytes]:
         yield data
 
 
-@router.post("/files", openapi_extra=UPLOAD_BODY, responses=errors(413))
-async def create_file(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> FileObject:
+@router.post(
+    "/files", response_model=FileObject, openapi_extra=with_key_header(UPLOAD_BODY), responses=errors(409, 413)
+)
+async def create_file(request: Request, runtime: RuntimeDep, tenant: TenantDep) -> FileObject | Response:
     # Starlette spools the file part to a temporary file past 1 MiB: it is never held whole in memory.
     # NOTE: spooled first, then copied into the database a chunk at a time in one short unit of work, rather than
     # written as it arrives: a slow client would otherwise hold a transaction (SQLite's one writer) open.
@@ -58,9 +63,14 @@ async def create_file(request: Request, runtime: RuntimeDep, tenant: TenantDep) 
                 code="missing_required_parameter",
             )
         checked = service.check_purpose(purpose if isinstance(purpose, str) else None)
-        return await service.upload_file(
-            runtime, tenant, purpose=checked, filename=upload.filename or "upload", content=_upload_chunks(upload)
+        filename = upload.filename or "upload"
+        # With an Idempotency-Key, the file is read once more first: the hash covers its bytes.
+        keyed = await keyed_upload(request, (checked, filename), _upload_chunks(upload))
+        await upload.seek(0)
+        upload_file = partial(
+            service.upload_file, runtime, tenant, purpose=checked, filename=filename, content=_upload_chunks(upload)
         )
+        return await create_once(runtime, tenant, keyed, upload_file)
 
 
 @router.get("/files", responses=errors(400))

@@ -4,12 +4,16 @@ them."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
 
 from app.api.deps import IdentityDep, RuntimeDep
 from app.api.openapi import errors, json_body
+from app.idempotency.answers import create_once
+from app.idempotency.header import keyed_request, with_key_header
 from app.keys import project_limits, service
 from app.keys.schemas import (
     MAX_NAME_CHARS,
@@ -40,11 +44,19 @@ async def list_keys(
     return await service.list_keys(runtime.database, project)
 
 
-@router.post("/keys", openapi_extra=json_body(ApiKeyCreateRequest))
-async def create_key(request: Request, runtime: RuntimeDep) -> CreatedApiKey:
-    """A new key of the project (created if new): `value` is the key, shown in this answer only."""
-    body = parse_body(await request.body(), ApiKeyCreateRequest, runtime.settings)
-    return await service.create_key(runtime.database, body)
+@router.post(
+    "/keys",
+    response_model=CreatedApiKey,
+    openapi_extra=with_key_header(json_body(ApiKeyCreateRequest)),
+    responses=errors(409),
+)
+async def create_key(request: Request, runtime: RuntimeDep, identity: IdentityDep) -> CreatedApiKey | Response:
+    """A new key of the project (created if new): `value` is the key, shown in this answer only (and to a retry
+    with the same Idempotency-Key)."""
+    raw = await request.body()
+    body = parse_body(raw, ApiKeyCreateRequest, runtime.settings)
+    create = partial(service.create_key, runtime.database, body)
+    return await create_once(runtime, identity.tenant, keyed_request(request, raw), create)
 
 
 @router.delete("/keys/{key_id}", responses=errors(404))

@@ -128,6 +128,7 @@ def _prune(_: argparse.Namespace) -> int:
         f"{report.purged_webhook_deliveries} finished webhook deliveries older than {settings.retention_days:g} "
         f"days, and {report.purged_batch_files} batch output files older than "
         f"{settings.batch_output_retention_days:g} days; dropped {report.pruned_usage_days} usage rows older than "
-        f"{settings.usage_retention_days} days"
+        f"{settings.usage_retention_days} days; forgot {report.purged_idempotency_keys} Idempotency-Keys past their "
+        f"{settings.idempotency_window_hours:g}-hour window"
     )
     return 0

@@ -1,8 +1,9 @@
 """Bounded storage: stored responses are purged once RESPONSES_RETENTION_DAYS pass, and the events of finished
 background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
 deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS,
-and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS; a vector store goes once its own expires_after passes
-(from its last activity), with its files' chunks. This module is the one home of every retention rule.
+and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS; Idempotency-Keys once their window
+(RESPONSES_IDEMPOTENCY_WINDOW_HOURS) ends; a vector store once its own expires_after passes (from its last
+activity), with its files' chunks. This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -28,6 +29,7 @@ from app.db.session import Database
 from app.events.terminal import TERMINAL_STATUSES
 from app.files import repository as files
 from app.files.schemas import OUTPUT_PURPOSE
+from app.idempotency import repository as idempotency
 from app.responses import repository
 from app.usage import repository as usage
 from app.vector_stores import repository as vector_stores
@@ -61,6 +63,8 @@ class RetentionReport:
     purged_webhook_deliveries: int = 0
     #: Vector stores past their expires_after deleted, with their files' chunks.
     purged_vector_stores: int = 0
+    #: Idempotency-Keys whose window ended, forgotten.
+    purged_idempotency_keys: int = 0
 
 
 async def _in_batches(database: Database, batch: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -190,6 +194,16 @@ async def purge_expired_vector_stores(database: Database, *, batch: int = ROWS_B
     return total
 
 
+async def purge_expired_idempotency_keys(database: Database, *, batch: int = PURGE_BATCH) -> int:
+    """Forget the Idempotency-Keys whose window ended (a request with one is a new create already: this only
+    bounds the table), in batches; how many. Each key carries its own end, so there is no setting to read here."""
+    now = utc_now()
+    total = await _in_batches(database, lambda session: idempotency.purge_expired(session, now=now, limit=batch))
+    if total:
+        logger.info("forgot %d Idempotency-Keys past their window", total)
+    return total
+
+
 async def apply_retention(database: Database, settings: Settings) -> RetentionReport:
     """Every retention rule, as the periodic task, the workers' cron job and `llama-responses prune` run them."""
     purged = await purge_expired_responses(database, settings.retention_days)
@@ -202,4 +216,5 @@ async def apply_retention(database: Database, settings: Settings) -> RetentionRe
         purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
         purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
         purged_vector_stores=await purge_expired_vector_stores(database),
+        purged_idempotency_keys=await purge_expired_idempotency_keys(database),
     )

@@ -23,7 +23,8 @@ from app.api.disconnect import unless_client_leaves
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
 from app.api.sse import EventStreamResponse
-from app.responses import cancellation, reads, service, submission
+from app.idempotency.header import keyed_request, with_key_header
+from app.responses import cancellation, keyed_creates, reads, service, submission
 from app.responses.compaction import compact
 from app.responses.parsing import parse_count_request, parse_create_request
 from app.responses.schemas import (
@@ -42,7 +43,6 @@ from app.schemas.parsing import parse_body
 from app.schemas.responses import ResponseObject, ResponseStatus
 
 router = APIRouter()
-IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
 MAX_SEQUENCE_NUMBER = 2**31 - 1
 #: 9999-12-31T23:59:59Z, the last second a datetime holds: a later bound is a 400, not a 500 from the conversion.
 MAX_CREATED_AT = 253402300799
@@ -129,15 +129,18 @@ async def get_responses(
 @router.post(
     "/responses",
     response_model=None,
-    openapi_extra=json_body(CreateResponseRequest),
-    # 404: the conversation it names; 500: a generation that ended without any result.
-    responses={**RESPONSE_OR_EVENTS, **errors(404, 500)},
+    openapi_extra=with_key_header(json_body(CreateResponseRequest)),
+    # 404: the conversation it names; 409: its Idempotency-Key; 500: a generation that ended without any result.
+    responses={**RESPONSE_OR_EVENTS, **errors(404, 409, 500)},
 )
 async def create_response(request: Request, runtime: RuntimeDep, tenant: WorkingTenantDep) -> Response:
-    body = parse_create_request(await request.body(), runtime.settings)
+    raw = await request.body()
+    body = parse_create_request(raw, runtime.settings)
+    keyed = keyed_request(request, raw)
+    if keyed is not None:  # run once for the key, and answered again to a retry with it (docs/using/idempotency.md)
+        return await keyed_creates.create_keyed(body, keyed, tenant, runtime)
     prepared = await service.prepare(body, tenant, runtime)
-    # Hosted tools (web_search, ...) cannot run here; they were left out of what the model sees.
-    headers = {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
+    headers = submission.answer_headers(prepared)
     if prepared.stream:
         return EventStreamResponse(await submission.open_stream(runtime, prepared, tenant), headers=headers)
     response = await unless_client_leaves(request, submission.create_response(runtime, prepared, tenant))

@@ -17,6 +17,7 @@ from app.generation.job import GenerationJob, JobClass
 from app.generation.kv.reuse import KvReuse
 from app.generation.tool_calls import CLIENT_TOOL_KINDS
 from app.generation.types import PromptRenderer, SamplingParams
+from app.idempotency.claims import Claim
 from app.ids import new_id
 from app.mcp.servers import McpSetup
 from app.prompt_cache.diagnosis import Compared, Fingerprint, comparison_with, fingerprint_of
@@ -187,6 +188,8 @@ class PreparedResponse:
         #: Hosted tool types the request sent that cannot run here (named in a response header).
         self.ignored_tools = context.tools.ignored
         self.conversation = context.conversation
+        #: The Idempotency-Key this create holds: stored with the response, in its transaction (submission.py).
+        self.key_claim: Claim | None = None
 
 
 def check_combination(request: CreateResponseRequest) -> None:
@@ -211,12 +214,14 @@ async def prepare_response(
     job_class: JobClass | None = None,
     generate: bool = True,
     compared: Compared | None = None,
+    keep_events: bool = False,
 ) -> PreparedResponse:
     """The last checks that can fail with a 400 (the output grammar), then the Response and its job: nothing is
     stored or generated here. `job_class`: where its job waits (default: by the request, see below). `generate`:
     False for a warm-up, whose job only reads the prompt into the model's cache (WebSocket `generate: false`, or
     `prompt_cache_options.prewarm`). `compared`: the response that prompt_cache_options.comparison_response_id
-    names, as looked up."""
+    names, as looked up. `keep_events`: store a foreground stream's events as a background stream's are (a create
+    with an Idempotency-Key, whose retry replays them)."""
     context = rendered.context
     tools = context.tools
     params = _params_of(request, settings, context)
@@ -255,7 +260,7 @@ async def prepare_response(
         ),
         response=response.model_dump(mode="json"),
         store=params.store,
-        keep_events=params.background and bool(request.stream),
+        keep_events=keep_events or (params.background and bool(request.stream)),
         announced=params.background and bool(request.stream),
         tenant=tenant,
         model=context.model.id,

@@ -54,13 +54,15 @@ async def prepare(
     response_id: str | None = None,
     job_class: JobClass | None = None,
     generate: bool = True,
+    keep_events: bool = False,
 ) -> PreparedResponse:
     """Everything that can fail with a 400 happens here, before the response is stored. `connection`: the
     unstored response a WebSocket create continues; `comparable`: the one its prompt_cache_options compare with
     (both kept by the connection). `response_id`: the id
     fixed beforehand (a batch line's, so that the line runs once); default: a new one. `job_class`: "batch" for a
     batch line (it waits behind every other job); default: by the request. `generate`: False for a warm-up (the
-    prompt read into the model's cache, no output)."""
+    prompt read into the model's cache, no output). `keep_events`: store its events even in the foreground (a
+    create with an Idempotency-Key)."""
     check_combination(request)
     rendered = await render_context(request, tenant, runtime, connection=connection)
     compared = await find_compared(request, tenant, runtime, comparable)
@@ -73,6 +75,7 @@ async def prepare(
         job_class=job_class,
         generate=generate,
         compared=compared,
+        keep_events=keep_events,
     )
 
 

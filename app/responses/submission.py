@@ -11,6 +11,7 @@ import anyio
 from app.conversations import turns
 from app.db.models import ResponseRow
 from app.events.assembler import opening_events
+from app.idempotency import claims
 from app.jobs import repository as jobs
 from app.observability import logs
 from app.quotas.stored_bytes import charge_stored_bytes, json_size
@@ -22,6 +23,15 @@ from app.responses.runs import final_response, start_and_follow
 from app.runtime import Runtime
 from app.schemas.responses import ResponseObject, ResponseParams
 from app.tenants.slots import check_queued_background
+
+#: Names the hosted tools (web_search, ...) a create sent that cannot run here: they were left out of what the model
+#: sees.
+IGNORED_TOOLS_HEADER = "x-llama-responses-ignored-tools"
+
+
+def answer_headers(prepared: PreparedResponse) -> dict[str, str]:
+    """The headers a create's answer carries beside the Response or its stream."""
+    return {IGNORED_TOOLS_HEADER: ", ".join(prepared.ignored_tools)} if prepared.ignored_tools else {}
 
 
 async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:
@@ -51,6 +61,8 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
             # the cap's edge (no lock): the cap bounds a backlog, it is not a quota to the job.
             check_queued_background(await repository.count_queued_background(session, tenant), cap)
         await repository.insert_response(session, row, prepared.items)
+        if prepared.key_claim is not None:  # from this commit on, a retry with the key attaches to this response
+            await claims.bind_response(session, prepared.key_claim)
         if prepared.job.announced:
             # Stored with the row: a background stream's client gets them at once, and a replay starts with them.
             events = [event.model_dump(mode="json") for event in opening_events(response)]
@@ -86,6 +98,8 @@ async def _submit(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> 
         async with runtime.database.transaction() as session:
             if prepared.job.store:
                 await repository.delete_response(session, prepared.response.id, tenant)
+            if prepared.key_claim is not None:
+                await claims.forget_response(session, prepared.key_claim)
             if prepared.conversation is not None:
                 await turns.release(session, prepared.conversation, prepared.response.id)
         raise

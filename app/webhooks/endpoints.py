@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from app.api.deps import RuntimeDep, TenantDep
 from app.api.openapi import errors, json_body
 from app.api.paging import PageDep
+from app.idempotency.answers import create_once
+from app.idempotency.header import keyed_request, with_key_header
 from app.schemas.parsing import parse_body
 from app.webhooks import service
 from app.webhooks.schemas import (
@@ -26,12 +31,19 @@ from app.webhooks.schemas import (
 router = APIRouter()
 
 
-@router.post("/webhook_endpoints", openapi_extra=json_body(WebhookEndpointCreateRequest))
+@router.post(
+    "/webhook_endpoints",
+    response_model=WebhookEndpointWithSecret,
+    openapi_extra=with_key_header(json_body(WebhookEndpointCreateRequest)),
+    responses=errors(409),
+)
 async def create_webhook_endpoint(
     request: Request, runtime: RuntimeDep, tenant: TenantDep
-) -> WebhookEndpointWithSecret:
-    body = parse_body(await request.body(), WebhookEndpointCreateRequest, runtime.settings)
-    return await service.create_endpoint(runtime, tenant, body)
+) -> WebhookEndpointWithSecret | Response:
+    raw = await request.body()
+    body = parse_body(raw, WebhookEndpointCreateRequest, runtime.settings)
+    create = partial(service.create_endpoint, runtime, tenant, body)
+    return await create_once(runtime, tenant, keyed_request(request, raw), create)
 
 
 @router.get("/webhook_endpoints")

@@ -12,6 +12,7 @@ from app.db.models.metering.tenant_storage import TenantStorageRow
 from app.db.models.metering.usage_day import UsageDayRow
 from app.db.models.output_item import OutputItemRow
 from app.db.models.project import ProjectRow
+from app.db.models.requests.idempotency_key import IdempotencyKeyRow
 from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
@@ -32,6 +33,7 @@ __all__ = [
     "FileChunkRow",
     "FileRow",
     "GenerationProgressRow",
+    "IdempotencyKeyRow",
     "InputItemRow",
     "OutputItemRow",
     "ProjectRow",

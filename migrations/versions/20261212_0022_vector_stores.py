@@ -1,9 +1,9 @@
 """vector stores, the files attached to them, their file batches and their chunks, with the database's own
 full-text index of the chunks (SQLite: an FTS5 table kept by triggers; Postgres: a generated tsvector column)
 
-Revision ID: 20261211_0021
-Revises: 20261210_0020
-Create Date: 2026-12-11
+Revision ID: 20261212_0022
+Revises: 20261211_0021
+Create Date: 2026-12-12
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "20261211_0021"
-down_revision = "20261210_0020"
+revision = "20261212_0022"
+down_revision = "20261211_0021"
 branch_labels = None
 depends_on = None
 
