@@ -73,9 +73,10 @@ async def lexical_hits(
 
 
 async def vector_revision(session: AsyncSession, store_id: str) -> tuple[int, int]:
-    """A store's embedded chunks: how many, and the highest id (what a cached copy of them is checked against)."""
+    """A store's chunks: how many, and the highest id (what a kept copy of its vectors is checked against). From
+    the store's index alone: no chunk's row (nor its embedding) is read."""
     query = select(func.count(), func.coalesce(func.max(VectorStoreChunkRow.id), 0)).where(
-        VectorStoreChunkRow.vector_store_id == store_id, VectorStoreChunkRow.embedding.is_not(None)
+        VectorStoreChunkRow.vector_store_id == store_id
     )
     count, newest = (await session.execute(query)).one()
     return int(count), int(newest)

@@ -129,8 +129,8 @@ async def _vector_hits(
 
 
 async def _store_vectors(searcher: Searcher, store_ids: Sequence[str]) -> tuple[int, list[StoreVectors]]:
-    """How many embedded chunks the stores hold, and their vectors: from this process's cache while they are
-    unchanged, else read (and kept); none read when the count is over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS."""
+    """How many chunks the stores hold, and their vectors: from this process's cache while they are unchanged, else
+    read (and kept); none read when the count is over RESPONSES_VECTOR_SEARCH_MAX_CHUNKS."""
     async with searcher.database.read() as session:
         revisions = {store_id: await repository.vector_revision(session, store_id) for store_id in store_ids}
         total = sum(count for count, _ in revisions.values())
@@ -146,6 +146,19 @@ async def _store_vectors(searcher: Searcher, store_ids: Sequence[str]) -> tuple[
     return total, found
 
 
+async def _text_hits(
+    searcher: Searcher, store_ids: Sequence[str], file_ids: Sequence[str] | None, query: str, limit: int
+) -> list[tuple[int, float]]:
+    """The lexical hits, scored by the share of the query's content words each holds, best first."""
+    async with searcher.database.read() as session:
+        ranked = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
+        texts = await repository.chunk_texts_by_id(session, [chunk_id for chunk_id, _ in ranked])
+    wanted = terms.content_words(query)
+    # The database's order kept among equal shares of the query (a stable sort).
+    scored = [(chunk_id, terms.coverage(wanted, texts.get(chunk_id, ""))) for chunk_id, _ in ranked]
+    return sorted((hit for hit in scored if hit[1] > 0), key=lambda hit: -hit[1])
+
+
 async def _rank(
     searcher: Searcher,
     stores: Sequence[VectorStoreRow],
@@ -154,16 +167,14 @@ async def _rank(
     request: SearchRequest,
 ) -> list[tuple[int, float]]:
     limit = max(MIN_CANDIDATES, request.max_num_results * 4)
-    store_ids = [store.id for store in stores]
-    async with searcher.database.read() as session:
-        ranked = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
-        texts = await repository.chunk_texts_by_id(session, [chunk_id for chunk_id, _ in ranked])
-    wanted = terms.content_words(query)
-    # The database's order kept among equal shares of the query (a stable sort).
-    scored = [(chunk_id, terms.coverage(wanted, texts.get(chunk_id, ""))) for chunk_id, _ in ranked]
-    text_hits = sorted((hit for hit in scored if hit[1] > 0), key=lambda hit: -hit[1])
-    vector_hits = await _vector_hits(searcher, stores, file_ids, query, limit)
-    return combine(vector_hits, text_hits, request.ranking)
+    options = request.ranking
+    vector_hits = None
+    if options.embedding_weight > 0 or options.ranker == "none":
+        vector_hits = await _vector_hits(searcher, stores, file_ids, query, limit)
+    if vector_hits is not None and (options.ranker == "none" or options.text_weight <= 0):
+        return combine(vector_hits, [], options)  # the lexical ranking would weigh nothing
+    text_hits = await _text_hits(searcher, [store.id for store in stores], file_ids, query, limit)
+    return combine(vector_hits, text_hits, options)
 
 
 async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], request: SearchRequest) -> SearchResults:
