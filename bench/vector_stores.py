@@ -233,7 +233,7 @@ def table(results: dict[str, Any]) -> str:
                 )
     for name, figures in results["index"].items():
         lines.append(
-            f"indexing {name} | {figures['mb_per_min']:.2f} MB/min | read back "
+            f"indexing {name} | {figures['mb_per_min']:.3g} MB/min | read back "
             f"{figures['read_mb_per_min']:.0f} MB/min | {figures['mb_per_min'] / figures['read_mb_per_min']:.4f}"
         )
         if figures["query_embedding_ms"] is not None:

@@ -92,11 +92,29 @@ async def store_embeddings(session: AsyncSession, store_id: str) -> list[tuple[i
     ]
 
 
-async def chunks_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[int, VectorStoreChunkRow]:
+@dataclass(frozen=True, slots=True)
+class FoundChunk:
+    id: int
+    vector_store_id: str
+    file_id: str
+    position: int
+    text: str
+
+
+async def chunks_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[int, FoundChunk]:
+    """The chunks' text and place (not their embeddings)."""
     if not chunk_ids:
         return {}
-    rows = await session.execute(select(VectorStoreChunkRow).where(VectorStoreChunkRow.id.in_(chunk_ids)))
-    return {row.id: row for row in rows.scalars()}
+    rows = await session.execute(
+        select(
+            VectorStoreChunkRow.id,
+            VectorStoreChunkRow.vector_store_id,
+            VectorStoreChunkRow.file_id,
+            VectorStoreChunkRow.position,
+            VectorStoreChunkRow.text,
+        ).where(VectorStoreChunkRow.id.in_(chunk_ids))
+    )
+    return {int(row[0]): FoundChunk(int(row[0]), row[1], row[2], int(row[3]), row[4]) for row in rows.all()}
 
 
 async def chunk_texts_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> dict[int, str]:
