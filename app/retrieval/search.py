@@ -149,9 +149,10 @@ async def _store_vectors(searcher: Searcher, store_ids: Sequence[str]) -> tuple[
 async def _text_hits(
     searcher: Searcher, store_ids: Sequence[str], file_ids: Sequence[str] | None, query: str, limit: int
 ) -> list[tuple[int, float]]:
-    """The lexical hits, scored by the share of the query's content words each holds, best first."""
+    """The lexical hits, scored by the share of the query's content words each holds, best first. Only the content
+    words are searched: a function word ("how", "do") would match nearly every chunk, at a cost and for nothing."""
     async with searcher.database.read() as session:
-        ranked = await repository.lexical_hits(session, store_ids, file_ids, terms.query_words(query), limit)
+        ranked = await repository.lexical_hits(session, store_ids, file_ids, terms.content_words(query), limit)
         texts = await repository.chunk_texts_by_id(session, [chunk_id for chunk_id, _ in ranked])
     wanted = terms.content_words(query)
     # The database's order kept among equal shares of the query (a stable sort).
