@@ -3,12 +3,12 @@ and the indexing claims on vector store files (claim, renew, finish, fail, give 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, or_, select, text, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import VectorStoreChunkRow, VectorStoreFileRow, VectorStoreRow
@@ -44,6 +44,21 @@ async def searchable_files(session: AsyncSession, store_ids: Sequence[str]) -> l
             VectorStoreFileRow.filename,
             VectorStoreFileRow.attributes,
         ).where(VectorStoreFileRow.vector_store_id.in_(store_ids))
+    )
+    return [SearchableFile(*row) for row in rows.all()]
+
+
+async def files_of(session: AsyncSession, keys: Collection[tuple[str, str]]) -> list[SearchableFile]:
+    """These attached files ((store id, file id) each), as a search result names them."""
+    if not keys:
+        return []
+    rows = await session.execute(
+        select(
+            VectorStoreFileRow.vector_store_id,
+            VectorStoreFileRow.id,
+            VectorStoreFileRow.filename,
+            VectorStoreFileRow.attributes,
+        ).where(tuple_(VectorStoreFileRow.vector_store_id, VectorStoreFileRow.id).in_(list(keys)))
     )
     return [SearchableFile(*row) for row in rows.all()]
 

@@ -178,39 +178,20 @@ async def _rank(
     return combine(vector_hits, text_hits, options)
 
 
-async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], request: SearchRequest) -> SearchResults:
-    """The best chunks of the tenant's stores for the request's queries (a chunk found by several queries counts
-    with its best score). StoreNotFound for a store the tenant does not have (another tenant's included),
-    StoreExpired for one past its expiry; EmbeddingUnavailable when a store's embedding model cannot be reached."""
-    stores = await _stores(searcher, tenant, store_ids)
-    queries = [terms.rewrite(query) if request.rewrite_query else query for query in request.queries]
-    async with searcher.database.read() as session:
-        files = await repository.searchable_files(session, store_ids)
+def _hits(
+    ranked: Sequence[tuple[int, float]],
+    chunks: dict[int, repository.FoundChunk],
+    files: Sequence[repository.SearchableFile],
+    filters: Filter | None,
+) -> list[SearchHit]:
     by_key = {(entry.vector_store_id, entry.file_id): entry for entry in files}
-    file_ids: list[str] | None = None
-    if request.filters is not None:
-        file_ids = keep(request.filters, [(entry.file_id, entry.attributes) for entry in files])
-    best: dict[int, float] = {}
-    if file_ids is None or file_ids:
-        for query in queries:
-            for chunk_id, score in await _rank(searcher, stores, file_ids, query, request):
-                best[chunk_id] = max(score, best.get(chunk_id, 0.0))
-    ranked = sorted(
-        ((chunk_id, score) for chunk_id, score in best.items() if score >= request.ranking.score_threshold),
-        key=lambda hit: (-hit[1], hit[0]),
-    )[: request.max_num_results]
-    async with searcher.database.read() as session:
-        chunks = await repository.chunks_by_id(session, [chunk_id for chunk_id, _ in ranked])
-    if any(utc_now() - store.last_active_at >= repository.TOUCH_EVERY for store in stores):
-        async with searcher.database.transaction() as session:
-            await repository.touch_stores(session, stores, utc_now())
     hits = []
     for chunk_id, score in ranked:
         chunk = chunks.get(chunk_id)
         entry = by_key.get((chunk.vector_store_id, chunk.file_id)) if chunk is not None else None
         if chunk is None or entry is None:
             continue  # its file was detached meanwhile
-        if request.filters is not None and not matches(request.filters, entry.attributes):
+        if filters is not None and not matches(filters, entry.attributes):
             continue  # the same file, attached to another of the stores with other attributes
         hits.append(
             SearchHit(
@@ -224,4 +205,37 @@ async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], requ
                 chunk.position,
             )
         )
-    return SearchResults(search_query=queries, hits=hits)
+    return hits
+
+
+async def search(searcher: Searcher, tenant: str, store_ids: Sequence[str], request: SearchRequest) -> SearchResults:
+    """The best chunks of the tenant's stores for the request's queries (a chunk found by several queries counts
+    with its best score). StoreNotFound for a store the tenant does not have (another tenant's included),
+    StoreExpired for one past its expiry; EmbeddingUnavailable when a store's embedding model cannot be reached."""
+    stores = await _stores(searcher, tenant, store_ids)
+    queries = [terms.rewrite(query) if request.rewrite_query else query for query in request.queries]
+    files: list[repository.SearchableFile] | None = None
+    file_ids: list[str] | None = None
+    if request.filters is not None:
+        # Filtered: every file's attributes are read first (the chunks searched are the matching files' only).
+        async with searcher.database.read() as session:
+            files = await repository.searchable_files(session, store_ids)
+        file_ids = keep(request.filters, [(entry.file_id, entry.attributes) for entry in files])
+    best: dict[int, float] = {}
+    if file_ids is None or file_ids:
+        for query in queries:
+            for chunk_id, score in await _rank(searcher, stores, file_ids, query, request):
+                best[chunk_id] = max(score, best.get(chunk_id, 0.0))
+    ranked = sorted(
+        ((chunk_id, score) for chunk_id, score in best.items() if score >= request.ranking.score_threshold),
+        key=lambda hit: (-hit[1], hit[0]),
+    )[: request.max_num_results]
+    async with searcher.database.read() as session:
+        chunks = await repository.chunks_by_id(session, [chunk_id for chunk_id, _ in ranked])
+        if files is None:  # unfiltered: the hits' files only
+            keys = {(chunk.vector_store_id, chunk.file_id) for chunk in chunks.values()}
+            files = await repository.files_of(session, keys)
+    if any(utc_now() - store.last_active_at >= repository.TOUCH_EVERY for store in stores):
+        async with searcher.database.transaction() as session:
+            await repository.touch_stores(session, stores, utc_now())
+    return SearchResults(search_query=queries, hits=_hits(ranked, chunks, files, request.filters))
