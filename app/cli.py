@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from app.config import Settings, setting_problems
 from app.db.migrations import SchemaOutOfDate, prepare_database
+from app.generation.embeddings.models import load_embedding_models
 from app.generation.registry import ModelConfigError
 from app.generation.registry_loading import load_registry
 from app.generation.types import ModelLoadError
@@ -34,7 +35,8 @@ def _preflight(settings: Settings) -> str | None:
     except AllowedHostsInvalid as error:
         return str(error)
     try:
-        load_registry(settings)  # API nodes need the models too (their vocabularies)
+        registry = load_registry(settings)  # API nodes need the models too (their vocabularies)
+        load_embedding_models(settings, registry.ids)
         asyncio.run(prepare_database(settings))
     except (ModelConfigError, SchemaOutOfDate) as error:
         return str(error)
@@ -82,7 +84,12 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         # --model (or RESPONSES_WORKER_MODELS), aliases allowed; else every declared model.
         names = args.model or [name.strip() for name in (settings.worker_models or "").split(",") if name.strip()]
-        models = load_registry(settings).resolve(names)
+        registry = load_registry(settings)
+        embedding = load_embedding_models(settings, registry.ids)
+        # Embedding models are named as served ones are; none named: every declared model of both kinds.
+        embedding_ids = [name for name in names if embedding.get(name) is not None] if names else embedding.ids
+        generation_names = [name for name in names if embedding.get(name) is None]
+        models = registry.resolve(generation_names) if generation_names or not names else []
     except ModelConfigError as error:
         return _fail(error)
     from app.observability.logs import configure_logging
@@ -92,7 +99,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         serve_metrics(args.metrics_host, args.metrics_port)
     try:
-        SupervisedWorker(**worker_settings(settings, models)).run()
+        SupervisedWorker(**worker_settings(settings, models, embedding_ids)).run()
     except ModelLoadError as error:  # one of its models could not be loaded before its first heartbeat
         return _fail(error)
     return 0

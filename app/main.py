@@ -21,7 +21,10 @@ from app.console.endpoints import mount_console
 from app.conversations import endpoints as conversations
 from app.db import migrations
 from app.db.session import Database
+from app.embeddings import endpoints as embeddings_api
 from app.files import endpoints as files
+from app.generation.embeddings.base import Embedder
+from app.generation.embeddings.models import EmbeddingModels, load_embedding_models
 from app.generation.model_pool import ModelPool
 from app.generation.registry import ModelRegistry
 from app.generation.registry_loading import load_registry
@@ -48,7 +51,9 @@ from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
 from app.outbound.addresses import AllowedHosts
 from app.quotas.stored_bytes import measure_stored_bytes
 from app.read_cache.cache import ResponseJsonCache
+from app.read_cache.vectors import StoreVectorCache
 from app.responses import endpoints as responses
+from app.retrieval.indexing import Indexer
 from app.runtime import Runtime
 from app.secrets.keys import load_sealer
 from app.served_models import endpoints as served_models
@@ -57,6 +62,7 @@ from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
 from app.transport.base import GenerationQueue
 from app.usage import endpoints as usage
+from app.vector_stores import endpoints as vector_stores
 from app.webhooks import endpoints as webhooks
 from app.webhooks.delivery import WebhookDeliverer
 
@@ -68,6 +74,22 @@ MULTIPART_FRAMING_BYTES = 64 * 1024
 GenerationFactory = Callable[
     [Settings, ModelRegistry, Database, TenantRateLimits], Awaitable[tuple[RendererCache, GenerationQueue]]
 ]
+#: What computes embeddings for this node: None where no embedding model is declared.
+EmbeddingsFactory = Callable[[Settings, EmbeddingModels], Awaitable[Embedder | None]]
+
+
+async def build_embeddings(settings: Settings, models: EmbeddingModels) -> Embedder | None:
+    """Embedded: the embedding models in this process, each loaded on first use. Distributed: arq jobs on each
+    model's queue, run by the workers that serve it (as generation jobs are)."""
+    if not len(models):
+        return None
+    if settings.embedded:
+        from app.generation.embeddings.pool import LocalEmbeddings
+
+        return LocalEmbeddings.from_settings(settings, models)
+    from app.transport.embedding_queue import ArqEmbeddings
+
+    return await ArqEmbeddings.connect(settings)
 
 
 def build_rate_limits(settings: Settings, policy: LimitsPolicy | None = None) -> TenantRateLimits:
@@ -123,10 +145,12 @@ def create_app(
     generation: GenerationFactory | None = None,
     *,
     database_ready: bool = False,
+    embeddings: EmbeddingsFactory | None = None,
 ) -> FastAPI:
     """`database_ready`: the caller already ran prepare_database (the CLI does, to fail before binding)."""
     settings = settings or Settings()
     build = generation or build_generation
+    build_embedder = embeddings or build_embeddings
     traced = tracing.configure_tracing("llama-responses")
 
     @asynccontextmanager
@@ -144,6 +168,10 @@ def create_app(
         policy = ProjectLimitsCache(database, settings)
         limits = build_rate_limits(settings, policy)
         renderers, queue = await build(settings, registry, database, limits)
+        embedding_models = load_embedding_models(settings, registry.ids)
+        embedder = await build_embedder(settings, embedding_models)
+        # Vector store files are indexed where the models are: here in embedded mode, on the workers otherwise.
+        indexer = Indexer(database, settings, embedder) if settings.embedded else None
         sealer = await load_sealer(settings, database)
         app.state.runtime = Runtime(
             settings=settings,
@@ -159,6 +187,10 @@ def create_app(
             limits=limits,
             policy=policy,
             read_cache=ResponseJsonCache(int(settings.read_cache_mb * 1024 * 1024)),
+            embedding_models=embedding_models,
+            embedder=embedder,
+            wake_indexer=indexer.wake.set if indexer is not None else lambda: None,
+            vector_cache=StoreVectorCache(int(settings.vector_cache_mb * 1024 * 1024)),
         )
         maintenance: list[asyncio.Task[None]] = []
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
@@ -174,6 +206,9 @@ def create_app(
                 "applying retention", PRUNE_INTERVAL_S, lambda: apply_retention(database, settings)
             )
             maintenance.append(asyncio.create_task(prune))
+        if indexer is not None:
+            index = run_periodically("indexing vector store files", settings.vector_index_poll_s, indexer.run_forever)
+            maintenance.append(asyncio.create_task(index))
         # Reconciliation wherever generation runs, and on every API node: a lost foreground job is failed (and its
         # client's stream ended) even when no worker is alive to notice.
         reconcile = run_periodically("reconciling", settings.reconcile_interval_s, reconciler.run_round)
@@ -205,6 +240,8 @@ def create_app(
             await asyncio.gather(*maintenance, return_exceptions=True)
             await deliverer.close()
             await queue.close()
+            if embedder is not None:
+                await embedder.close()
             await limits.close()
             await database.dispose()
             if traced:
@@ -222,7 +259,19 @@ def create_app(
     # Outermost: every request is counted and timed, a refused one included.
     app.add_middleware(RequestObservation)
     v1 = APIRouter(prefix="/v1")
-    for module in (responses, sessions, conversations, served_models, keys, webhooks, files, batches, usage):
+    for module in (
+        responses,
+        sessions,
+        conversations,
+        served_models,
+        keys,
+        webhooks,
+        files,
+        batches,
+        usage,
+        vector_stores,
+        embeddings_api,
+    ):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.config import Settings
 from app.db.session import Database
+from app.generation.embeddings.base import Embedder
+from app.generation.embeddings.models import EmbeddingModels
 from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
 from app.limits.limiter import TenantRateLimits
 from app.limits.memory_store import MemoryBucketStore
 from app.limits.policy import FixedLimits, LimitsPolicy
 from app.read_cache.cache import ResponseJsonCache
+from app.read_cache.vectors import StoreVectorCache
 from app.secrets.sealer import ContentSealer
 from app.tenants.identity import Authenticator
 from app.tenants.slots import TenantSlots
@@ -50,3 +54,11 @@ class Runtime:
     heavy_renders: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HEAVY_RENDERS))
     #: Finished responses' JSON as last sent, valid while the stored row's updated_at is unchanged (off: 0 bytes).
     read_cache: ResponseJsonCache = field(default_factory=lambda: ResponseJsonCache(0))
+    #: The declared embedding models (/v1/embeddings, vector stores), and what runs them: this process's models
+    #: (embedded mode) or their workers' (distributed); None where none is declared.
+    embedding_models: EmbeddingModels = field(default_factory=EmbeddingModels)
+    embedder: Embedder | None = None
+    #: Starts this process's vector store indexing round at once (embedded mode; the workers poll).
+    wake_indexer: Callable[[], None] = lambda: None
+    #: Vector stores' embeddings kept between searches (off: 0 bytes).
+    vector_cache: StoreVectorCache = field(default_factory=lambda: StoreVectorCache(0))

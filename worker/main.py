@@ -19,10 +19,12 @@ from arq import cron, func
 from arq.worker import Worker
 
 from app.config import Settings
+from app.generation.embeddings.base import EmbeddingUnavailable
 from app.generation.engine import concurrency
 from app.generation.job import GenerationJob
 from app.observability.metrics import REDIS_ERRORS, limit_tenant_labels
 from app.ops.periodic import run_periodically
+from app.transport.embedding_queue import EMBED_TASK
 from app.transport.redis_queue import (
     AFFINITY_TTL_S,
     GENERATE_TASK,
@@ -118,10 +120,22 @@ async def generate(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
             await runtime.redis.delete(job_holder_key(job.response_id))
 
 
+async def embed(ctx: dict[str, Any], payload: dict[str, Any]) -> tuple[list[list[float]], int, int]:
+    """An embedding job (app/transport/embedding_queue.py): the vectors, the tokens read, the model's dimensions."""
+    runtime = runtime_of(ctx)
+    if runtime.embeddings is None:
+        raise EmbeddingUnavailable(f"worker {runtime.worker_id} serves no embedding model")
+    batch = await runtime.embeddings.embed(payload["model"], payload["inputs"])
+    return batch.vectors, batch.prompt_tokens, batch.dimensions
+
+
 def _job_options(max_jobs: int) -> dict[str, Any]:
     """What the shared-queue worker and a worker's own-queue worker have in common."""
     return {
-        "functions": [func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S)],
+        "functions": [
+            func(generate, name=GENERATE_TASK, timeout=JOB_TIMEOUT_S),
+            func(embed, name=EMBED_TASK, timeout=JOB_TIMEOUT_S),
+        ],
         "max_jobs": max_jobs,
         "job_timeout": JOB_TIMEOUT_S,
         "keep_result": 60,
@@ -149,15 +163,24 @@ async def _run_queue(ctx: dict[str, Any], queue_name: str) -> None:
 
 
 async def startup(
-    ctx: dict[str, Any], *, settings: Settings, models: Sequence[str], announcements: JobAnnouncements
+    ctx: dict[str, Any],
+    *,
+    settings: Settings,
+    models: Sequence[str],
+    announcements: JobAnnouncements,
+    embedding_models: Sequence[str] = (),
 ) -> None:
     limit_tenant_labels(settings.metrics_max_tenants)
-    runtime = ctx[RUNTIME_KEY] = await WorkerRuntime.start(settings, models, ctx["redis"], announcements)
+    runtime = ctx[RUNTIME_KEY] = await WorkerRuntime.start(
+        settings, models, ctx["redis"], announcements, embedding_models
+    )
+    served = runtime.served
     tasks: dict[str, Callable[[], Awaitable[None]]] = {
         "signal listener": partial(
             listen_for_signals, runtime.redis, announcements, runtime.executor.cancel, runtime.executor.steer
         ),
-        "heartbeat": partial(beat, runtime.redis, runtime.worker_id, models),
+        "heartbeat": partial(beat, runtime.redis, runtime.worker_id, served),
+        "vector store indexing": runtime.indexer.run_forever,
         "reconciler": partial(reconcile_forever, runtime.reconciler, settings.reconcile_interval_s),
         "webhook delivery": partial(
             run_periodically,
@@ -168,11 +191,11 @@ async def startup(
         ),
     }
     # The main arq worker takes the first model's queue; these take the others' and this worker's own.
-    for queue_name in [*(model_queue(model) for model in models[1:]), worker_queue(runtime.worker_id)]:
+    for queue_name in [*(model_queue(model) for model in served[1:]), worker_queue(runtime.worker_id)]:
         tasks[f"worker on {queue_name}"] = partial(_run_queue, ctx, queue_name)
     runtime.background = [asyncio.create_task(supervise(name, task)) for name, task in tasks.items()]
     # NOTE: "ready: model " is what the fault tests (and operators' log searches) look for, with one model or several.
-    logger.info("worker %s ready: model %s", runtime.worker_id, ", ".join(models))
+    logger.info("worker %s ready: model %s", runtime.worker_id, ", ".join(served))
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
@@ -197,16 +220,19 @@ def serve_metrics(host: str, port: int) -> None:
     logger.info("metrics on http://%s:%d/metrics", host, port)
 
 
-def worker_settings(settings: Settings, models: list[str]) -> dict[str, Any]:
-    """SupervisedWorker's arguments, for a worker serving `models` (ids, at least one)."""
-    assert settings.redis_url is not None and models
+def worker_settings(settings: Settings, models: list[str], embedding_models: Sequence[str] = ()) -> dict[str, Any]:
+    """SupervisedWorker's arguments, for a worker serving `models` and `embedding_models` (ids, one at least)."""
+    assert settings.redis_url is not None and (models or embedding_models)
     announcements = JobAnnouncements()
+    startup_of = partial(
+        startup, settings=settings, models=models, announcements=announcements, embedding_models=embedding_models
+    )
     return {
         "announcements": announcements,
-        "on_startup": partial(startup, settings=settings, models=models, announcements=announcements),
+        "on_startup": startup_of,
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
-        "queue_name": model_queue(models[0]),
+        "queue_name": model_queue([*models, *embedding_models][0]),
         # Every 10 minutes (arq runs each cron job once per tick across workers).
         "cron_jobs": [cron(apply_retention_task, minute=set(range(0, 60, 10)), run_at_startup=True)],
         **_job_options(concurrency(settings)),

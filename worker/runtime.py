@@ -13,6 +13,8 @@ from arq.worker import Worker
 
 from app.config import Settings
 from app.db.session import Database
+from app.generation.embeddings.models import load_embedding_models
+from app.generation.embeddings.pool import LocalEmbeddings
 from app.generation.model_pool import ModelPool
 from app.generation.registry_loading import load_registry
 from app.ids import new_id
@@ -23,7 +25,9 @@ from app.limits.limiter import TenantRateLimits
 from app.limits.redis_store import RedisBucketStore
 from app.mcp.calls import McpCaller
 from app.observability import tracing
+from app.retrieval.indexing import Indexer
 from app.secrets.keys import load_sealer
+from app.transport.embedding_queue import ArqEmbeddings
 from app.transport.redis_bus import RedisBus
 from app.transport.redis_queue import ArqQueue, unregister_worker
 from app.webhooks.delivery import WebhookDeliverer
@@ -48,6 +52,11 @@ class WorkerRuntime:
     webhooks: WebhookDeliverer
     #: Jobs announced on each queue: its arq worker polls at once.
     announcements: JobAnnouncements
+    #: Indexes vector store files (every worker does; embeddings through the embedding models' workers).
+    indexer: Indexer
+    #: The embedding models this worker serves (their queues' `embed` jobs run on them); None: it serves none.
+    embeddings: LocalEmbeddings | None = None
+    embedding_models: Sequence[str] = ()
     #: The supervised background tasks (signals, heartbeat, reconciler, the other queues' workers).
     background: list[asyncio.Task[None]] = field(default_factory=list)
     #: The arq workers on this process's other queues (its models' after the first, its own): a drain stops them.
@@ -55,15 +64,29 @@ class WorkerRuntime:
 
     @classmethod
     async def start(
-        cls, settings: Settings, models: Sequence[str], redis: ArqRedis, announcements: JobAnnouncements
+        cls,
+        settings: Settings,
+        models: Sequence[str],
+        redis: ArqRedis,
+        announcements: JobAnnouncements,
+        embedding_models: Sequence[str] = (),
     ) -> WorkerRuntime:
         """Load the models (before the first heartbeat: a live worker is one that can generate), then connect."""
-        pool = ModelPool.from_settings(settings, load_registry(settings))
+        registry = load_registry(settings)
+        pool = ModelPool.from_settings(settings, registry)
+        embeddings = None
+        if embedding_models:
+            embeddings = LocalEmbeddings.from_settings(settings, load_embedding_models(settings, registry.ids))
         try:
             for model in models:
                 await pool.preload(model)
+            for model in embedding_models:
+                assert embeddings is not None
+                await embeddings.preload(model)
         except BaseException:
             await pool.close()
+            if embeddings is not None:
+                await embeddings.close()
             raise
         database = Database.connect(settings.database_url)
         if tracing.configure_tracing("llama-responses-worker"):
@@ -83,7 +106,27 @@ class WorkerRuntime:
         )
         reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
         webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)
-        return cls(settings, models, worker_id, redis, database, pool, executor, reconciler, webhooks, announcements)
+        indexer = Indexer(database, settings, ArqEmbeddings(redis, settings.embedding_timeout_s))
+        return cls(
+            settings,
+            models,
+            worker_id,
+            redis,
+            database,
+            pool,
+            executor,
+            reconciler,
+            webhooks,
+            announcements,
+            indexer,
+            embeddings,
+            embedding_models,
+        )
+
+    @property
+    def served(self) -> list[str]:
+        """Every model this worker takes jobs for: its generation models', then its embedding models'."""
+        return [*self.models, *self.embedding_models]
 
     async def close(self) -> None:
         for task in self.background:
@@ -92,8 +135,10 @@ class WorkerRuntime:
                 await task
         await self.webhooks.close()
         with contextlib.suppress(Exception):
-            await unregister_worker(self.redis, self.worker_id, self.models)
+            await unregister_worker(self.redis, self.worker_id, self.served)
         await self.pool.close()
+        if self.embeddings is not None:
+            await self.embeddings.close()
         await self.database.dispose()
 
 

@@ -8,10 +8,20 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import Select, and_, or_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import BatchRow, FileRow, ResponseRow, WebhookDeliveryRow, WebhookEndpointRow
+from app.db.models import (
+    BatchRow,
+    FileRow,
+    ResponseRow,
+    VectorStoreFileRow,
+    VectorStoreRow,
+    WebhookDeliveryRow,
+    WebhookEndpointRow,
+)
 
 #: The tables listed by creation (each has a creation moment and a unique id); one more is added here.
-Row = TypeVar("Row", ResponseRow, FileRow, BatchRow, WebhookEndpointRow, WebhookDeliveryRow)
+Row = TypeVar(
+    "Row", ResponseRow, FileRow, BatchRow, WebhookEndpointRow, WebhookDeliveryRow, VectorStoreRow, VectorStoreFileRow
+)
 
 
 #: Any select over one of those tables: its rows, or some of their columns.

@@ -6,12 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-#: What a file is for: uploaded for a batch, or written by one (its output and error files).
-FilePurpose = Literal["batch", "batch_output"]
+#: What a file is for: uploaded for a batch, written by one (its output and error files), or uploaded for vector
+#: stores ("assistants", as the SDK's vector_stores.files.upload sends, or "user_data").
+FilePurpose = Literal["batch", "batch_output", "assistants", "user_data"]
 #: The purpose of the files a batch writes.
 OUTPUT_PURPOSE = "batch_output"
 #: The purposes an upload may name today.
-UPLOAD_PURPOSES = ("batch",)
+UPLOAD_PURPOSES = ("batch", "assistants", "user_data")
 
 
 class FileObject(BaseModel):

@@ -49,10 +49,11 @@ def check_purpose(purpose: str | None) -> str:
             "Missing required parameter: 'purpose'.", param="purpose", code="missing_required_parameter"
         )
     if purpose not in UPLOAD_PURPOSES:
-        # NOTE: the hosted API takes more purposes (fine-tune, assistants, vision, user_data...); only batch
-        # input has a use here yet.
+        # NOTE: the hosted API takes more purposes (fine-tune, vision, evals...); only batch input and files for
+        # vector stores have a use here yet.
         raise InvalidRequest(
-            f"Invalid value for 'purpose': '{purpose[:64]}'. Only 'batch' is supported for now.",
+            f"Invalid value for 'purpose': '{purpose[:64]}'. Only 'batch', 'assistants' and 'user_data' are "
+            "supported for now.",
             param="purpose",
             code="invalid_value",
         )

@@ -42,6 +42,8 @@ class _ModelsFile(BaseModel):
     default: str | None = None
     aliases: dict[str, str] = Field(default_factory=dict)
     models: list[_FileModel] = Field(default_factory=list)
+    #: Embedding models, checked by app/generation/embeddings/models.py.
+    embedding_models: list[Any] = Field(default_factory=list)
 
 
 def _check_id(model_id: str, where: str) -> str:
@@ -73,7 +75,8 @@ def _spec(settings: Settings, model_id: str, path: Path, where: str, **declared:
     )
 
 
-def _parse_file(path: Path) -> dict[str, Any]:
+def parse_models_file(path: Path) -> dict[str, Any]:
+    """A models file's top-level table, parsed (TOML, or YAML by its suffix)."""
     try:
         text = path.read_text()
     except OSError as error:
@@ -98,7 +101,7 @@ def _parse_file(path: Path) -> dict[str, Any]:
 
 
 def _read_models_file(settings: Settings, path: Path) -> tuple[list[ModelSpec], str | None, dict[str, str]]:
-    data = _parse_file(path)
+    data = parse_models_file(path)
     try:
         parsed = _ModelsFile.model_validate(data)
     except ValidationError as error:

@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 from app.config import Settings, setting_problems
 from app.db.migrations import current_revision, head_revision
 from app.db.session import create_engine
+from app.generation.embeddings.models import load_embedding_models
 from app.generation.registry import ModelConfigError
 from app.generation.registry_loading import load_registry
 from app.transport.redis_queue import ArqQueue
@@ -48,6 +49,7 @@ def load_settings() -> tuple[Settings | None, Finding]:
 def check_models(settings: Settings) -> Finding:
     try:
         registry = load_registry(settings)
+        embedding = load_embedding_models(settings, registry.ids)
     except ModelConfigError as error:
         return Finding(
             "models",
@@ -57,7 +59,8 @@ def check_models(settings: Settings) -> Finding:
             "(docs/operating/models.md)",
         )
     served = ", ".join(f"{spec.id} ({spec.path.stat().st_size / 2**20:.0f} MiB)" for spec in registry)
-    return Finding("models", True, f"{served}; default {registry.default.id}")
+    embeds = f"; embedding: {', '.join(embedding.ids)}" if len(embedding) else ""
+    return Finding("models", True, f"{served}; default {registry.default.id}{embeds}")
 
 
 def _safe_url(url: str) -> str:

@@ -2,7 +2,8 @@
 background streams sooner, once RESPONSES_EVENTS_RETENTION_HOURS pass. Ended batches and finished webhook
 deliveries go after RESPONSES_RETENTION_DAYS too, the files batches write after RESPONSES_BATCH_OUTPUT_RETENTION_DAYS,
 and a day's usage counters after RESPONSES_USAGE_RETENTION_DAYS; Idempotency-Keys once their window
-(RESPONSES_IDEMPOTENCY_WINDOW_HOURS) ends. This module is the one home of every retention rule.
+(RESPONSES_IDEMPOTENCY_WINDOW_HOURS) ends; a vector store once its own expires_after passes (from its last
+activity), with its files' chunks. This module is the one home of every retention rule.
 
 A replay of a pruned response still ends: the stream relay builds its terminal event from the stored row.
 
@@ -31,6 +32,7 @@ from app.files.schemas import OUTPUT_PURPOSE
 from app.idempotency import repository as idempotency
 from app.responses import repository
 from app.usage import repository as usage
+from app.vector_stores import repository as vector_stores
 from app.webhooks import repository as webhooks
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ class RetentionReport:
     purged_batch_files: int = 0
     #: Delivered or given-up webhook deliveries deleted.
     purged_webhook_deliveries: int = 0
+    #: Vector stores past their expires_after deleted, with their files' chunks.
+    purged_vector_stores: int = 0
     #: Idempotency-Keys whose window ended, forgotten.
     purged_idempotency_keys: int = 0
     #: Uploads left half-written by a process that died, deleted with their bytes.
@@ -191,6 +195,20 @@ async def purge_finished_deliveries(database: Database, retention_days: float, *
     )
 
 
+async def purge_expired_vector_stores(database: Database, *, batch: int = ROWS_BATCH) -> int:
+    """Delete the vector stores whose expires_after has passed (counted from their last activity), with their
+    files, batches and chunks, in batches; how many. A store without expires_after is kept until deleted.
+
+    NOTE: the hosted API keeps an expired store, `expired`, for a while; here it reads `expired` from the moment
+    it expires until the next retention round (every few minutes) deletes it."""
+    total = await _in_batches(
+        database, lambda session: vector_stores.purge_expired_stores(session, now=utc_now(), limit=batch)
+    )
+    if total:
+        logger.info("purged %d vector stores past their expiry", total)
+    return total
+
+
 async def purge_expired_idempotency_keys(database: Database, *, batch: int = PURGE_BATCH) -> int:
     """Forget the Idempotency-Keys whose window ended (a request with one is a new create already: this only
     bounds the table), in batches; how many. Each key carries its own end, so there is no setting to read here."""
@@ -212,6 +230,7 @@ async def apply_retention(database: Database, settings: Settings) -> RetentionRe
         purged_batches=await purge_ended_batches(database, settings.retention_days),
         purged_batch_files=await purge_batch_files(database, settings.batch_output_retention_days),
         purged_webhook_deliveries=await purge_finished_deliveries(database, settings.retention_days),
+        purged_vector_stores=await purge_expired_vector_stores(database),
         purged_idempotency_keys=await purge_expired_idempotency_keys(database),
         purged_abandoned_uploads=await purge_abandoned_uploads(database),
     )

@@ -33,6 +33,9 @@ from app.db.models import (
     ResponseEventRow,
     ResponseRow,
     TenantStorageRow,
+    VectorStoreChunkRow,
+    VectorStoreFileRow,
+    VectorStoreRow,
     WebhookDeliveryRow,
     WebhookEndpointRow,
 )
@@ -99,6 +102,15 @@ MEASURES: dict[str, Select[str, int]] = {
             WebhookEndpointRow.previous_sealed_secret,
         ),
     ),
+    "vector_stores": _per_tenant(
+        VectorStoreRow.tenant, _characters(VectorStoreRow.name, VectorStoreRow.description, VectorStoreRow.metadata_)
+    ),
+    "vector_store_files": _per_tenant(VectorStoreFileRow.tenant, _characters(VectorStoreFileRow.attributes)),
+    # A chunk: its text and its embedding's bytes (what its file's usage_bytes counts).
+    "vector_store_chunks": _per_tenant(
+        VectorStoreRow.tenant,
+        _characters(VectorStoreChunkRow.text) + func.coalesce(func.length(VectorStoreChunkRow.embedding), 0),
+    ).join_from(VectorStoreRow, VectorStoreChunkRow, VectorStoreChunkRow.vector_store_id == VectorStoreRow.id),
     "webhook_deliveries": _per_tenant(
         WebhookDeliveryRow.tenant,
         _characters(WebhookDeliveryRow.body, WebhookDeliveryRow.last_error),

@@ -423,7 +423,7 @@ async function conversationPage(id, params) {
 // ---- routing -----------------------------------------------------------------------------------------------
 
 // What a 404 on each kind of page names.
-const NOUNS = { conversations: "Conversation", webhooks: "Webhook endpoint", batches: "Batch", files: "File" };
+const NOUNS = { conversations: "Conversation", webhooks: "Webhook endpoint", batches: "Batch", files: "File", vector_stores: "Vector store" };
 
 async function render() {
   forgetKey.hidden = !sessionStorage.getItem(KEY_STORAGE);
@@ -444,6 +444,8 @@ async function render() {
     else if (parts.length === 1 && parts[0] === "batches") await batchesPage(params);
     else if (parts.length === 2 && parts[0] === "batches") await batchPage(parts[1]);
     else if (parts.length === 2 && parts[0] === "files") await filePage(parts[1]);
+    else if (parts.length === 1 && parts[0] === "vector_stores") await vectorStoresPage(params); // vector_stores.js
+    else if (parts.length === 2 && parts[0] === "vector_stores") await vectorStorePage(parts[1]);
     else if (parts.length === 1 && parts[0] === "server") await serverPage(params); // server.js
     else notFoundPage(`The page ${path}`);
   } catch (error) {

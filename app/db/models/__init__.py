@@ -17,6 +17,10 @@ from app.db.models.response import ResponseRow
 from app.db.models.response_event import ResponseEventRow
 from app.db.models.server_secret import ServerSecretRow
 from app.db.models.stored_file import FileRow
+from app.db.models.vector_stores.chunk import VectorStoreChunkRow
+from app.db.models.vector_stores.file_batch import VectorStoreFileBatchRow
+from app.db.models.vector_stores.store import VectorStoreRow
+from app.db.models.vector_stores.store_file import VectorStoreFileRow
 from app.db.models.webhook_delivery import WebhookDeliveryRow
 from app.db.models.webhook_endpoint import WebhookEndpointRow
 
@@ -38,6 +42,10 @@ __all__ = [
     "ServerSecretRow",
     "TenantStorageRow",
     "UsageDayRow",
+    "VectorStoreChunkRow",
+    "VectorStoreFileBatchRow",
+    "VectorStoreFileRow",
+    "VectorStoreRow",
     "WebhookDeliveryRow",
     "WebhookEndpointRow",
 ]

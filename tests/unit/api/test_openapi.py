@@ -34,6 +34,13 @@ BODIES = {
     ("post", "/v1/webhook_endpoints/{webhook_endpoint_id}/test"): True,
     ("post", "/v1/files"): True,
     ("post", "/v1/batches"): True,
+    ("post", "/v1/vector_stores"): True,
+    ("post", "/v1/vector_stores/{vector_store_id}"): True,
+    ("post", "/v1/vector_stores/{vector_store_id}/search"): True,
+    ("post", "/v1/vector_stores/{vector_store_id}/files"): True,
+    ("post", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): True,
+    ("post", "/v1/vector_stores/{vector_store_id}/file_batches"): True,
+    ("post", "/v1/embeddings"): True,
 }
 
 

@@ -68,7 +68,9 @@ async def test_the_page_scripts_are_served_and_load_before_the_router(client: ht
     index = (await client.get("/console/")).text
     scripts = re.findall(r'<script src="([^"]+)"></script>', index)
     # console.js renders as it loads: the pages it routes to must be defined by then.
-    assert scripts[-1] == "console.js" and {"projects.js", "webhooks.js", "batches.js"} <= set(scripts[:-1])
+    assert scripts[-1] == "console.js" and {"projects.js", "webhooks.js", "batches.js", "vector_stores.js"} <= set(
+        scripts[:-1]
+    )
     for name in scripts:
         reply = await client.get(f"/console/{name}")
         assert reply.status_code == 200 and "javascript" in reply.headers["content-type"], name

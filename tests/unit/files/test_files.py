@@ -60,7 +60,7 @@ async def test_other_purposes_and_a_missing_file_part_are_400(client: httpx.Asyn
     refused = await upload(client, b"x", purpose="fine-tune")
     assert refused.status_code == 400
     error = refused.json()["error"]
-    assert error["param"] == "purpose" and "Only 'batch' is supported" in error["message"]
+    assert error["param"] == "purpose" and "Only 'batch', 'assistants' and 'user_data'" in error["message"]
     missing = await client.post("/v1/files", data={"purpose": "batch"})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "file"
     no_purpose = await client.post("/v1/files", files={"file": ("a.jsonl", b"x")})

@@ -26,6 +26,9 @@ from app.db.models import (
     OutputItemRow,
     ResponseEventRow,
     ResponseRow,
+    VectorStoreChunkRow,
+    VectorStoreFileRow,
+    VectorStoreRow,
     WebhookDeliveryRow,
     WebhookEndpointRow,
 )
@@ -34,7 +37,17 @@ from app.quotas import repository
 from app.quotas.stored_bytes import measure_stored_bytes
 
 #: The tables that hold no tenant's data: none of their bytes is a tenant's to count.
-NOT_MEASURED = {"api_keys", "projects", "server_secrets", "usage", "tenant_storage"}
+NOT_MEASURED = {
+    "api_keys",
+    "projects",
+    "server_secrets",
+    "usage",
+    "tenant_storage",
+    # Ids and moments only (a batch's files are measured as vector_store_files).
+    "vector_store_file_batches",
+    # A key's record: its request's hash and what it created, forgotten when its window ends.
+    "idempotency_keys",
+}
 #: Each table's payload for tenant A, a different length each: a table counted twice or not at all shows.
 PAYLOAD = {table: 1000 * (index + 1) for index, table in enumerate(sorted(repository.MEASURES))}
 TENANT_A = "project:a"
@@ -89,6 +102,12 @@ def tenant_a_rows() -> list[Base]:
             object_id="o",
             body=text("webhook_deliveries"),
         ),
+        VectorStoreRow(id="vs_a", tenant=TENANT_A, name="", metadata_={"m": text("vector_stores")}),
+        VectorStoreFileRow(
+            vector_store_id="vs_a", id="file_a", tenant=TENANT_A, attributes={"a": text("vector_store_files")}
+        ),
+        # A chunk counts its text and its embedding's bytes (none here).
+        VectorStoreChunkRow(vector_store_id="vs_a", file_id="file_a", position=0, text=text("vector_store_chunks")),
     ]
 
 

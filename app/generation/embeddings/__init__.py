@@ -1,0 +1,1 @@
+"""Embedding models: their declarations, llama.cpp in embedding mode, and where embeddings are computed."""
