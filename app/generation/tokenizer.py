@@ -10,6 +10,7 @@ from typing import Any
 import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from app.generation.dialects.detection import detect_syntax
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelSpec
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
@@ -50,6 +51,9 @@ class ChatTokenizer:
         reasoning_tags: str | None = None,
         chat_template: str | None = None,
         kv_pool_tokens: int = 0,
+        tool_format: str | None = None,
+        reasoning_format: str | None = None,
+        model: str = "",
     ) -> None:
         self._vocab = llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
         metadata = self._vocab.metadata
@@ -57,13 +61,20 @@ class ChatTokenizer:
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
         self.n_ctx = min(n_ctx or trained, kv_pool_tokens) if kv_pool_tokens else n_ctx or trained
         template = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
-        self.reasoning_tags = parse_reasoning_tags(reasoning_tags, template)
         self.supports_tools = "tools" in template
         vocab = self._vocab._model.vocab
         self._bos = llama_cpp.llama_vocab_bos(vocab)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
         eos_text, bos_text = self._token_text(llama_cpp.llama_vocab_eos(vocab)), self._token_text(self._bos)
         self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text)
+        # The family its output is read in, from the template's call markers (else its special tokens).
+        syntax = detect_syntax(
+            template, self._single_token, tool_format=tool_format, reasoning_format=reasoning_format, model=model
+        )
+        self.dialect = syntax.dialect.name
+        self.reasoning_tags = (
+            parse_reasoning_tags(reasoning_tags, template) if reasoning_tags is not None else syntax.reasoning
+        )
         self.generation_prompt_tokens = self._generation_prompt(
             Jinja2ChatFormatter(template=template, eos_token=eos_text, bos_token=bos_text, add_generation_prompt=False)
         )
@@ -76,12 +87,24 @@ class ChatTokenizer:
             reasoning_tags=spec.reasoning_tags,
             chat_template=spec.chat_template,
             kv_pool_tokens=spec.kv_pool_tokens,
+            tool_format=spec.tool_format,
+            reasoning_format=spec.reasoning_format,
+            model=spec.id,
         )
 
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
         return self._vocab.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    def _single_token(self, text: str) -> bool:
+        """Whether `text` is one special token of this vocabulary."""
+        return len(self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True)) == 1 and len(text) > 1
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        """Whether the prompt's last tokens end in `opening` (whitespace after it aside)."""
+        tail = self._vocab.detokenize(list(prompt[-16:]), special=True).decode("utf-8", errors="replace")
+        return tail.rstrip().endswith(opening)
 
     def render(self, messages: Sequence[ChatMessage], template_options: Mapping[str, Any] | None = None) -> list[int]:
         template_messages: list[Any] = [message.as_template_dict() for message in messages]

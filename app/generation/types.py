@@ -81,6 +81,8 @@ class PromptRenderer(Protocol):
     reasoning_tags: tuple[str, str] | None
     #: The chat template renders a `tools` list itself (else tools go into the system prompt, our way).
     supports_tools: bool
+    #: The model family whose syntax its output is read in (app/generation/dialects).
+    dialect: str
 
     @property
     def generation_prompt_tokens(self) -> tuple[int, ...]:
@@ -95,6 +97,11 @@ class PromptRenderer(Protocol):
         truncate: bool,
         template_options: Mapping[str, Any] | None = None,
     ) -> list[int]: ...
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        """Whether `prompt` ends by opening the reasoning section (`opening`, its marker): the template's
+        generation prompt did (DeepSeek R1, Qwen3.5, GLM-4.7 thinking), so the output starts inside it."""
+        ...
 
     def tool_turn_markup(self) -> tuple[str, str]:
         """The chat template's text after a tool call (to the result) and after the result (to the next answer)."""

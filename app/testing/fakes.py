@@ -45,6 +45,10 @@ class FakeRenderer:
         self.n_ctx = n_ctx
         self.reasoning_tags: tuple[str, str] | None = None
         self.supports_tools = False
+        #: The model family its output is read in (app/generation/dialects).
+        self.dialect = "hermes"
+        #: What opens_reasoning answers (True: as a template whose generation prompt opens the reasoning).
+        self.reasoning_opened = False
         self.rendered: list[list[ChatMessage]] = []
         self.template_options: list[Mapping[str, Any] | None] = []
         #: What grammar_builds answers (False: as llama.cpp refusing a grammar).
@@ -59,6 +63,9 @@ class FakeRenderer:
 
     def tool_turn_markup(self) -> tuple[str, str]:
         return " end user ", " end assistant "
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        return self.reasoning_opened
 
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)

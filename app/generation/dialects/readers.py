@@ -1,0 +1,520 @@
+"""Readers of one call (or one list of calls) in the syntaxes families share: a JSON call object, a JSON list of
+them, a name then JSON arguments, a name then XML parameters. A reader starts where its call's opening marker
+ended and is handed the growing text; it says when the call is done, or that this was no call after all (text).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from app.generation.dialects.json_args import JsonValueStream, custom_input, json_object, members_before_cut, skip_space
+from app.generation.dialects.segments import CallDelta, CallEnd, CallStart, ParseOptions, Segment
+
+#: "more": the call goes on past the text so far; "done": it ended at `end`; "text": it was no call (its
+#: markup is text, from the opening marker on).
+ReadState = Literal["more", "done", "text"]
+
+
+class CallReader(Protocol):
+    #: Where the text it read ends (after the call, once done).
+    end: int
+    #: Whether a call was opened (its name read): after that it is never text again.
+    opened: bool
+
+    def read(self, text: str) -> tuple[list[Segment], ReadState]: ...
+
+    def cut(self, text: str) -> list[Segment]:
+        """The text ended inside the call: it ends as far as it got (nothing when its name was not read)."""
+        ...
+
+
+ReaderFactory = Callable[[int, ParseOptions], CallReader]
+
+
+class Arguments:
+    """One call's arguments on their way out: a function's sent as they come (JSON text); a custom tool's held,
+    its input sent whole at the end; arguments written as a JSON string (JSON inside) held and decoded."""
+
+    def __init__(self, kind: str) -> None:
+        self.custom = kind == "custom"
+        self.held = False
+        self.text: list[str] = []
+
+    def add(self, text: str) -> list[Segment]:
+        if not text:
+            return []
+        if not self.text and not self.custom and text.lstrip().startswith('"'):
+            self.held = True
+        self.text.append(text)
+        return [] if self.custom or self.held else [CallDelta(text)]
+
+    def close(self, *, complete: bool) -> list[Segment]:
+        written = "".join(self.text)
+        if self.custom:
+            found = custom_input(written, complete=complete)
+            if found is None:
+                found, complete = ("" if written.lstrip()[:1] in ("{", '"') else written), complete and bool(written)
+            return [*([CallDelta(found)] if found else []), CallEnd(found, complete)]
+        if self.held:
+            decoded = custom_input(written, complete=complete) or ""
+            ok = complete and json_object(decoded) is not None
+            return [*([CallDelta(decoded)] if decoded else []), CallEnd(decoded, ok)]
+        return [CallEnd(written, complete and json_object(written) is not None)]
+
+
+def _known(name: str, options: ParseOptions) -> bool:
+    return name in options.tools
+
+
+# A call object: {"name": ..., "arguments": {...}} ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectKeys:
+    """The keys a family's call object names its tool and its arguments with."""
+
+    name: tuple[str, ...] = ("name",)
+    arguments: tuple[str, ...] = ("arguments", "parameters")
+    #: A custom tool's text may come under its own key (our convention: "input").
+    text: tuple[str, ...] = ("input",)
+
+
+_NAME_FIRST = re.compile(r'\{\s*"([A-Za-z_]+)"\s*:\s*"')
+_NEXT_KEY = re.compile(r'\s*,\s*"([A-Za-z_]+)"\s*:\s*')
+
+
+def _possible_prefix(text: str, heads: tuple[str, ...]) -> bool:
+    """Whether `text`, its whitespace dropped, could still grow into one of `heads` (JSON written compact)."""
+    compact = "".join(text.split())
+    return any(head.startswith(compact) for head in heads)
+
+
+class ObjectCallReader:
+    """One call object from `start` (whitespace, then `{`). Read name first (the common order): the call opens when
+    its name is read, its arguments stream as they come. Any other order waits for the whole object."""
+
+    def __init__(self, start: int, options: ParseOptions, keys: ObjectKeys = ObjectKeys()) -> None:
+        self._options = options
+        self._keys = keys
+        self.start = start
+        self.end = start
+        self.opened = False
+        self._object: JsonValueStream | None = None
+        self._step: Literal["head", "name", "key", "value", "tail", "whole"] = "head"
+        self._name = ""
+        self._value: JsonValueStream | None = None
+        self._arguments: Arguments | None = None
+        self._cursor = start
+        self._steps: dict[str, Callable[[str, list[Segment]], ReadState]] = {
+            "head": self._at_head,
+            "name": self._at_name,
+            "key": self._at_key,
+            "value": self._at_value,
+            "tail": self._at_tail,
+            "whole": self._at_whole,
+        }
+
+    def read(self, text: str) -> tuple[list[Segment], ReadState]:
+        if self._object is None:
+            begin = skip_space(text, self.start)
+            if begin >= len(text):
+                return [], "more"
+            if text[begin] != "{":
+                return [], "text"
+            self._object = JsonValueStream(begin)
+            self._cursor = begin
+        self._object.advance(text)
+        segments: list[Segment] = []
+        state: ReadState = "more"
+        while True:
+            step = self._step
+            state = self._steps[step](text, segments)
+            if state != "more" or self._step == step:
+                break
+        if state == "done":
+            self.end = self._object.end
+        return segments, state
+
+    def _heads(self) -> tuple[str, ...]:
+        return tuple(f'{{"{key}":"' for key in self._keys.name)
+
+    def _at_head(self, text: str, segments: list[Segment]) -> ReadState:
+        match = _NAME_FIRST.match(text, self._cursor)
+        if match is None or match.group(1) not in self._keys.name:
+            if _possible_prefix(text[self._cursor :], self._heads()):
+                return "more"
+            self._step = "whole"
+            return "more"
+        self._cursor = match.end() - 1
+        self._step = "name"
+        return "more"
+
+    def _at_name(self, text: str, segments: list[Segment]) -> ReadState:
+        stream = JsonValueStream(self._cursor)
+        stream.advance(text)
+        if not stream.ended:
+            return "more"
+        name = json.loads(text[stream.start : stream.end])
+        if not _known(name, self._options):
+            return "text"
+        self._name, self.opened, self._cursor = name, True, stream.end
+        self._arguments = Arguments(self._options.tools[name])
+        segments.append(CallStart(name))
+        self._step = "key"
+        return "more"
+
+    def _at_key(self, text: str, segments: list[Segment]) -> ReadState:
+        assert self._object is not None and self._arguments is not None
+        match = _NEXT_KEY.match(text, self._cursor)
+        payload = (*self._keys.arguments, *self._keys.text)
+        if match is None:
+            rest = text[self._cursor :]
+            if not rest.strip() or rest.strip() == ",":
+                return "more"
+            if rest.lstrip().startswith("}"):  # no arguments at all
+                segments += self._arguments.add("{}") + self._arguments.close(complete=True)
+                self._step = "tail"
+                return "done" if self._object.ended else "more"
+            if _possible_prefix(rest, tuple(f',"{key}":' for key in payload)):
+                return "more"
+            self._step = "whole"
+            return "more"
+        if match.group(1) not in payload:
+            self._step = "whole"
+            return "more"
+        self._value = JsonValueStream(match.end())
+        self._step = "value"
+        return "more"
+
+    def _at_value(self, text: str, segments: list[Segment]) -> ReadState:
+        assert self._value is not None and self._arguments is not None and self._object is not None
+        written, ended = self._value.advance(text)
+        segments += self._arguments.add(written)
+        if not ended:
+            return "more"
+        segments += self._arguments.close(complete=True)
+        self._step = "tail"
+        return "done" if self._object.ended else "more"
+
+    def _at_tail(self, text: str, segments: list[Segment]) -> ReadState:
+        assert self._object is not None
+        return "done" if self._object.ended else "more"
+
+    def _at_whole(self, text: str, segments: list[Segment]) -> ReadState:
+        """Members in another order: the call is read when its object ends."""
+        assert self._object is not None
+        if not self._object.ended:
+            return "more"
+        found = json_object(text[self._object.start : self._object.end])
+        call = self._call_of(found) if found is not None else None
+        if call is None:
+            return "done" if self.opened else "text"
+        name, arguments = call
+        if not self.opened:
+            self.opened, self._arguments = True, Arguments(self._options.tools[name])
+            segments.append(CallStart(name))
+        assert self._arguments is not None
+        segments += self._arguments.add(arguments) + self._arguments.close(complete=True)
+        return "done"
+
+    def _call_of(self, found: dict[str, object]) -> tuple[str, str] | None:
+        name = next((found[key] for key in self._keys.name if isinstance(found.get(key), str)), None)
+        if not isinstance(name, str) or not _known(name, self._options) or (self.opened and name != self._name):
+            return None
+        for key in (*self._keys.arguments, *self._keys.text):
+            if key in found:
+                value = found[key]
+                return name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return name, "{}"
+
+    def cut(self, text: str) -> list[Segment]:
+        if self._object is None:
+            return []
+        if self._step == "value" and self._arguments is not None:
+            assert self._value is not None
+            return self._arguments.close(complete=self._value.ended)
+        if self.opened:
+            assert self._arguments is not None
+            return [] if self._step == "tail" else self._arguments.close(complete=False)
+        members, cut_member = members_before_cut(text[self._object.start :])
+        name = next((members[key] for key in self._keys.name if isinstance(members.get(key), str)), None)
+        if not isinstance(name, str) or not _known(name, self._options):
+            return []
+        arguments = Arguments(self._options.tools[name])
+        payload = (*self._keys.arguments, *self._keys.text)
+        for key in payload:
+            if key in members:
+                whole = members[key]
+                written = whole if isinstance(whole, str) else json.dumps(whole, ensure_ascii=False)
+                return [CallStart(name), *arguments.add(written), *arguments.close(complete=True)]
+        so_far = cut_member[1] if cut_member is not None and cut_member[0] in payload else ""
+        return [CallStart(name), *arguments.add(so_far), *arguments.close(complete=False)]
+
+
+class ListCallReader:
+    """A JSON list of call objects from `start` (`[{...}, {...}]`): each a call as it is read."""
+
+    def __init__(self, start: int, options: ParseOptions, keys: ObjectKeys = ObjectKeys()) -> None:
+        self._options = options
+        self._keys = keys
+        self.start = self.end = start
+        self.opened = False
+        self._began = False
+        self._current: ObjectCallReader | None = None
+
+    def read(self, text: str) -> tuple[list[Segment], ReadState]:
+        segments: list[Segment] = []
+        if not self._began:
+            begin = skip_space(text, self.start)
+            if begin >= len(text):
+                return [], "more"
+            if text[begin] != "[":
+                return [], "text"
+            self._began, self.end = True, begin + 1
+        while True:
+            if self._current is not None:
+                found, state = self._current.read(text)
+                segments += found
+                self.opened = self.opened or self._current.opened
+                if state == "more":
+                    return segments, "more"
+                if state == "text" and not self.opened:
+                    return segments, "text"
+                self.end = self._current.end if state == "done" else self._skip_object(text)
+                self._current = None
+                if self.end < 0:
+                    return segments, "more"
+            index = skip_space(text, self.end)
+            if index >= len(text):
+                return segments, "more"
+            if text[index] == ",":
+                self.end = index + 1
+            elif text[index] == "]":
+                self.end = index + 1
+                return segments, "done"
+            elif text[index] == "{":
+                self._current = ObjectCallReader(index, self._options, self._keys)
+            else:
+                return segments, "done" if self.opened else "text"
+
+    def _skip_object(self, text: str) -> int:
+        """Past an object that is no call of a known tool, in a list that holds calls: left out."""
+        assert self._current is not None
+        stream = JsonValueStream(self._current.start)
+        stream.advance(text)
+        return stream.end if stream.ended else -1
+
+    def cut(self, text: str) -> list[Segment]:
+        return self._current.cut(text) if self._current is not None else []
+
+
+# A name, then JSON arguments -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NameThenJson:
+    """`NAME<separator>{...}`: what comes between the opening marker and the separator names the tool (less
+    `prefix` and what `strip` matches); the arguments are one JSON value after it, then `suffix` if written."""
+
+    separator: str
+    prefix: str = ""
+    strip: re.Pattern[str] | None = None
+    suffix: str = ""
+    #: Longest name (with its decorations) to wait for before deciding this is no call.
+    longest: int = 256
+
+    def reader(self, start: int, options: ParseOptions) -> CallReader:
+        return NameJsonReader(start, options, self)
+
+
+class NameJsonReader:
+    def __init__(self, start: int, options: ParseOptions, syntax: NameThenJson) -> None:
+        self._options = options
+        self._syntax = syntax
+        self.start = self.end = start
+        self.opened = False
+        self._value: JsonValueStream | None = None
+        self._arguments: Arguments | None = None
+
+    def read(self, text: str) -> tuple[list[Segment], ReadState]:
+        segments: list[Segment] = []
+        if not self.opened:
+            separator = text.find(self._syntax.separator, self.start)
+            if separator < 0:
+                waiting = len(text) - self.start <= self._syntax.longest
+                return [], "more" if waiting else "text"
+            name = text[self.start : separator].strip()
+            name = name.removeprefix(self._syntax.prefix).strip()
+            if self._syntax.strip is not None:
+                name = self._syntax.strip.sub("", name)
+            if not _known(name, self._options):
+                return [], "text"
+            self.opened = True
+            self._arguments = Arguments(self._options.tools[name])
+            self._value = JsonValueStream(separator + len(self._syntax.separator))
+            segments.append(CallStart(name))
+        assert self._value is not None and self._arguments is not None
+        written, ended = self._value.advance(text)
+        segments += self._arguments.add(written)
+        if not ended:
+            return segments, "more"
+        end = skip_space(text, self._value.end)
+        suffix = self._syntax.suffix
+        if suffix and not text.startswith(suffix, end):
+            if suffix.startswith(text[end:]):
+                return segments, "more"
+            suffix = ""
+        self.end = end + len(suffix)
+        segments += self._arguments.close(complete=True)
+        return segments, "done"
+
+    def cut(self, text: str) -> list[Segment]:
+        if not self.opened:
+            return []
+        assert self._value is not None and self._arguments is not None
+        if self.end > self.start:  # done already
+            return []
+        return self._arguments.close(complete=self._value.ended)
+
+
+# A name, then XML parameters ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class XmlParameters:
+    """`<name_open>NAME<name_close> (<key_open>KEY<key_close><value_open>VALUE<value_close>)* <close>`: each
+    parameter's value is text, read as its schema's type says (a string, else JSON), or as the syntax marks it
+    (`string="true"`)."""
+
+    name_close: tuple[str, ...]
+    key_open: str
+    key_close: str
+    value_close: str
+    close: str
+    name_open: str = ""
+    value_open: str = ""
+    #: What may sit between the key's close and the value (attributes up to `>`), e.g. DSML's ` string="true">`.
+    attributes_end: str = ""
+
+    def reader(self, start: int, options: ParseOptions) -> CallReader:
+        return XmlCallReader(start, options, self)
+
+
+class XmlCallReader:
+    def __init__(self, start: int, options: ParseOptions, syntax: XmlParameters) -> None:
+        self._options = options
+        self._syntax = syntax
+        self.start = self.end = start
+        self._cursor = start
+        self.opened = False
+        self._name = ""
+        self._arguments: Arguments | None = None
+        self._count = 0
+        self.closed = False
+
+    def read(self, text: str) -> tuple[list[Segment], ReadState]:
+        segments: list[Segment] = []
+        if not self.opened:
+            state = self._read_name(text, segments)
+            if state != "more" or not self.opened:
+                return segments, state
+        while True:
+            index = skip_space(text, self._cursor)
+            rest = text[index:]
+            if rest.startswith(self._syntax.close):
+                self._cursor = self.end = index + len(self._syntax.close)
+                segments += self._close(complete=True)
+                return segments, "done"
+            if rest.startswith(self._syntax.key_open):
+                parameter = self._read_parameter(text, index + len(self._syntax.key_open))
+                if parameter is None:
+                    return segments, "more"
+                key, value, self._cursor = parameter
+                segments += self._add(key, value)
+                continue
+            if self._syntax.close.startswith(rest) or self._syntax.key_open.startswith(rest):
+                return segments, "more"
+            # Something else inside the call: it ends here, as far as it got.
+            self.end = index
+            segments += self._close(complete=False)
+            return segments, "done"
+
+    def _read_name(self, text: str, segments: list[Segment]) -> ReadState:
+        index = skip_space(text, self._cursor)
+        opening = self._syntax.name_open
+        if opening:
+            if not text.startswith(opening, index):
+                return "more" if opening.startswith(text[index:]) else "text"
+            index += len(opening)
+        ends = [(text.find(marker, index), marker) for marker in self._syntax.name_close]
+        found = [(where, marker) for where, marker in ends if where >= 0]
+        if not found:
+            return "more" if len(text) - index <= 256 else "text"
+        where, marker = min(found)
+        name = text[index:where].strip()
+        if not _known(name, self._options):
+            return "text"
+        self.opened, self._name = True, name
+        self._arguments = Arguments(self._options.tools[name])
+        segments.append(CallStart(name))
+        # A name may end at the first parameter or at the call's close: only its own close marker is eaten.
+        self._cursor = where if marker in (self._syntax.key_open, self._syntax.close) else where + len(marker)
+        return "more"
+
+    def _read_parameter(self, text: str, index: int) -> tuple[str, object, int] | None:
+        syntax = self._syntax
+        key_end = text.find(syntax.key_close, index)
+        if key_end < 0:
+            return None
+        key = text[index:key_end].strip()
+        value_from = key_end + len(syntax.key_close)
+        attributes = ""
+        if syntax.attributes_end:
+            close = text.find(syntax.attributes_end, value_from)
+            if close < 0:
+                return None
+            attributes, value_from = text[value_from:close], close + len(syntax.attributes_end)
+        if syntax.value_open:
+            value_from = skip_space(text, value_from)
+            if not text.startswith(syntax.value_open, value_from):
+                return None if syntax.value_open.startswith(text[value_from:]) else (key, "", value_from)
+            value_from += len(syntax.value_open)
+        value_end = text.find(syntax.value_close, value_from)
+        if value_end < 0:
+            return None
+        raw = text[value_from:value_end]
+        raw = raw[1:] if raw.startswith("\n") else raw
+        raw = raw[:-1] if raw.endswith("\n") else raw
+        return key, self._typed(key, raw, attributes), value_end + len(syntax.value_close)
+
+    def _typed(self, key: str, raw: str, attributes: str) -> object:
+        if 'string="true"' in attributes:
+            return raw
+        declared = self._options.parameter_types.get(self._name, {}).get(key)
+        if declared == "string" or (declared is None and 'string="false"' not in attributes and not raw.strip()):
+            return raw
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            return raw
+
+    def _add(self, key: str, value: object) -> list[Segment]:
+        assert self._arguments is not None
+        member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+        self._count += 1
+        return self._arguments.add(("{" if self._count == 1 else ", ") + member)
+
+    def _close(self, *, complete: bool) -> list[Segment]:
+        assert self._arguments is not None
+        self.closed = True
+        return self._arguments.add("}" if self._count else "{}") + self._arguments.close(complete=complete)
+
+    def cut(self, text: str) -> list[Segment]:
+        if not self.opened or self.closed:
+            return []
+        assert self._arguments is not None
+        return self._arguments.close(complete=False)

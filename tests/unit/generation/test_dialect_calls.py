@@ -1,0 +1,74 @@
+"""Reading calls back out of the model's text in our convention (Hermes), whole and cut off at every point."""
+
+from __future__ import annotations
+
+import json
+
+from app.generation.tool_calls import CALL_CLOSE, CALL_OPEN
+from app.testing.scripted import read_output
+
+KNOWN = {"get_weather": "function", "run_sql": "custom"}
+ARGUMENTS = '{"city": "Par\\u00eds", "days": [1, 2]}'
+CALL = f'{CALL_OPEN}{{"name": "get_weather", "arguments": {ARGUMENTS}}}{CALL_CLOSE}'
+QUERY = 'SELECT "a\\b" FROM t\n'
+CUSTOM_CALL = f"{CALL_OPEN}{json.dumps({'name': 'run_sql', 'input': QUERY})}{CALL_CLOSE}"
+
+
+def calls(text: str, *, cut: bool = True) -> list[tuple[str, str, bool]]:
+    return read_output("hermes", text, KNOWN, cut=cut).calls
+
+
+def test_a_function_call_cut_anywhere_is_read_as_far_as_it_got() -> None:
+    name_read = CALL.index('"get_weather"') + len('"get_weather"')
+    arguments_from = CALL.index(ARGUMENTS)
+    arguments_read = arguments_from + len(ARGUMENTS)
+    for cut in range(len(CALL) + 1):
+        found = calls(CALL[:cut])
+        if cut < name_read:
+            assert found == [], cut
+        elif cut < arguments_read:
+            so_far = CALL[arguments_from:cut] if cut > arguments_from else ""
+            assert found == [("get_weather", so_far, False)], cut
+        else:  # the arguments are whole (as written): only the call's closing brace or tag was cut
+            assert found == [("get_weather", ARGUMENTS, True)], cut
+
+
+def test_a_custom_call_cut_anywhere_has_its_input_so_far() -> None:
+    input_from = CUSTOM_CALL.index('"input": "') + len('"input": "')
+    input_read = CUSTOM_CALL.index('"}')
+    seen = []
+    for cut in range(input_from, len(CUSTOM_CALL) + 1):
+        ((name, text, complete),) = calls(CUSTOM_CALL[:cut])
+        assert name == "run_sql" and QUERY.startswith(text), cut
+        assert complete == (cut > input_read), cut
+        seen.append(text)
+    # Each cut gives as much as the text before it says, never half an escape: the input grows one character
+    # at a time, and not at all while an escape is cut.
+    assert seen == sorted(seen, key=len) and set(seen) == {QUERY[:length] for length in range(len(QUERY) + 1)}
+
+
+def test_calls_before_the_cut_one_are_whole() -> None:
+    text = f"{CALL}\n{CUSTOM_CALL}"
+    cut = text.index("SELECT") + 3
+    first, second = calls(text[:cut])
+    assert first[2] and first[0] == "get_weather"
+    assert second == ("run_sql", "SEL", False)
+
+
+def test_what_is_not_a_call_of_a_known_tool_is_text_or_left_out() -> None:
+    assert calls(f'{CALL_OPEN}{{"name": "launch_rockets", "arguments": {{"n": ') == []
+    assert calls(f'{CALL_OPEN}{{"name": ["get_weather"], "arguments": {{') == []
+    reading = read_output("hermes", f"{CALL}plain words {CALL_OPEN}", KNOWN, cut=True)
+    assert [call[2] for call in reading.calls] == [True]
+    assert reading.messages == [(None, "plain words")], "the markup a cut left opening is no text"
+
+
+def test_a_name_that_is_not_a_string_is_no_call() -> None:
+    text = f'{CALL_OPEN}{{"name": ["get_weather"], "arguments": {{}}}}{CALL_CLOSE}'
+    reading = read_output("hermes", text, KNOWN)
+    assert reading.calls == [] and reading.messages == [(None, text)]
+
+
+def test_members_in_another_order_are_read_when_the_object_ends() -> None:
+    text = f'{CALL_OPEN}{{"arguments": {{"city": "Oslo"}}, "name": "get_weather"}}{CALL_CLOSE}'
+    assert calls(text, cut=False) == [("get_weather", '{"city": "Oslo"}', True)]
