@@ -145,8 +145,10 @@ class ResponseAssembler:
         self._round = RoundItems(
             len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
         )
-        #: The parser was told the text ended (mcp_round did, and finish must not again), and what it gave then.
-        self._ended: list[ResponseEvent] | None = None
+        #: The parser was told the text ended (mcp_round did, and finish must not again).
+        self._ended = False
+        #: Events that telling it made in an mcp_round that found no MCP call: finish sends them first.
+        self._unsent: list[ResponseEvent] = []
 
     def _next(self) -> int:
         self._sequence += 1
@@ -197,10 +199,11 @@ class ResponseAssembler:
 
     def _end_text(self, *, cut: bool) -> list[ResponseEvent]:
         """The parser told the text ended (once a round): what it held back, the open call closed."""
-        if self._ended is None:
-            self._ended = self._round.take(self._parser.end(cut=cut))
-            return self._ended
-        return []
+        unsent, self._unsent = self._unsent, []
+        if self._ended:
+            return unsent
+        self._ended = True
+        return unsent + self._round.take(self._parser.end(cut=cut))
 
     def _client_calls(self) -> tuple[list[ClientCall], list[ResponseEvent]]:
         """The calls kept whole for the end (not streamed), as items: a cut MCP tool's is dropped (it was not
@@ -280,11 +283,10 @@ class ResponseAssembler:
         makes its MCP calls, then ends with them (as function_call items after the mcp_calls) for the client."""
         if not self._mcp_tools or self._round.reasoning_open():
             return None
-        events = list(self._end_text(cut=False))
-        if self._round.reasoning_open():
-            return None
+        events = self._end_text(cut=False)
         parsed = [call for call in self._round.parsed if call.complete]
-        if not any(call.name in self._mcp_tools for call in parsed):
+        if self._round.reasoning_open() or not any(call.name in self._mcp_tools for call in parsed):
+            self._unsent = events  # finish() sends them
             return None
         client = [call for call in parsed if call.name not in self._mcp_tools]
         parsed = [call for call in parsed if call.name in self._mcp_tools]

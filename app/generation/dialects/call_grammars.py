@@ -110,7 +110,10 @@ def xml_call_grammar(functions: Sequence[FunctionSpec], wrap: Wrapping, shape: X
         required = [key for key in schema.get("required") or [] if key in properties]
         parts: list[str] = []
         for key, declared in properties.items():
-            if isinstance(declared, dict) and declared.get("type") == "string" and "enum" not in declared:
+            choices = _raw_choices(declared)
+            if choices is not None:
+                value = _sequence(gbnf_literal(shape.string_mark), choices)
+            elif isinstance(declared, dict) and declared.get("type") == "string":
                 value = _sequence(gbnf_literal(shape.string_mark), "xml-text")
             else:
                 rule = _visit(converter, declared if isinstance(declared, dict) else {}, f"p{index}-{len(parts)}")
@@ -125,11 +128,25 @@ def xml_call_grammar(functions: Sequence[FunctionSpec], wrap: Wrapping, shape: X
     return _grammar(alternatives, converter)
 
 
+def _raw_choices(schema: Any) -> str | None:
+    """A string enum's values as alternatives of raw text (for a syntax that writes strings unquoted); None for
+    anything else."""
+    choices = schema.get("enum") if isinstance(schema, dict) else None
+    if not isinstance(choices, list) or not choices or not all(isinstance(choice, str) for choice in choices):
+        return None
+    return "(" + " | ".join(gbnf_literal(choice) for choice in choices) + ")"
+
+
 def _gemma_value(schema: Any) -> str:
     kind = schema.get("type") if isinstance(schema, dict) else None
+    choices = _raw_choices(schema)
+    if choices is not None:
+        return f"gemma-quote {choices} gemma-quote"
     if kind == "string":
         return "gemma-quote [^<]* gemma-quote"
-    if kind in ("integer", "number"):
+    if kind == "integer":
+        return '"-"? [0-9]{1,16}'  # as llama.cpp's converter bounds a JSON integer
+    if kind == "number":
         return '"-"? [0-9]+ ("." [0-9]+)?'
     if kind == "boolean":
         return '("true" | "false")'
@@ -137,10 +154,14 @@ def _gemma_value(schema: Any) -> str:
 
 
 #: Gemma 4's notation, loosely: any value (the schema's top-level types are held, not deeper ones).
-GEMMA_RULES = r"""gemma-quote ::= "<|\"|>"
-gemma-value ::= gemma-quote [^<]* gemma-quote | "-"? [0-9]+ ("." [0-9]+)? | "true" | "false" | "null"
-  | "{" (gemma-member ("," gemma-member)*)? "}" | "[" (gemma-value ("," gemma-value)*)? "]"
-gemma-member ::= [A-Za-z_] [A-Za-z0-9_]* ":" gemma-value"""
+GEMMA_RULES = "\n".join(
+    [
+        r'gemma-quote ::= "<|\"|>"',
+        r'gemma-value ::= gemma-quote [^<]* gemma-quote | "-"? [0-9]+ ("." [0-9]+)? | "true" | "false" | "null" | '
+        r'"{" (gemma-member ("," gemma-member)*)? "}" | "[" (gemma-value ("," gemma-value)*)? "]"',
+        r'gemma-member ::= [A-Za-z_] [A-Za-z0-9_]* ":" gemma-value',
+    ]
+)
 
 
 def gemma_call_grammar(functions: Sequence[FunctionSpec], wrap: Wrapping) -> str:

@@ -20,10 +20,10 @@ from app.generation.dialects.readers import (
     ObjectCallReader,
     ObjectKeys,
     ReadState,
-    XmlParameters,
 )
 from app.generation.dialects.segments import OutputParser, ParseOptions, Segment
 from app.generation.dialects.tagged import PlainParser, TaggedParser, TaggedSyntax
+from app.generation.dialects.xml_params import XmlParameters
 from app.generation.tool_calls import FunctionSpec
 
 THINK = ("<think>", "</think>")
@@ -236,7 +236,7 @@ DEEPSEEK_R1 = Dialect(
         "<｜tool▁call▁end｜>",
         "<｜tool▁calls▁end｜>",
     ),
-    effort="none: R1 always reasons (its prompt opens `<think>`)",
+    effort="`enable_thinking` (the distills' templates: the prompt opens `<think>`)",
     signs=(("function<｜tool▁sep｜>",), ("tool['type'] + '<｜tool▁sep｜>'",)),
 )
 
@@ -255,7 +255,7 @@ DEEPSEEK_V3 = Dialect(
     THINK,
     end_tokens=("<｜end▁of▁sentence｜>",),
     markup_tokens=DEEPSEEK_R1.markup_tokens,
-    effort="`thinking` (V3.1: on for any effort but `none`... `minimal`)",
+    effort="`thinking`",
     signs=(("<｜tool▁calls▁begin｜>",),),
 )
 
@@ -303,7 +303,7 @@ GEMMA4 = Dialect(
     ("<|channel>thought", "<channel|>"),
     end_tokens=("<turn|>", "<|tool_response>"),
     markup_tokens=(gemma4.CALL_OPEN, gemma4.CALL_CLOSE, gemma4.QUOTE, "<|channel>", "<channel|>"),
-    effort="`enable_thinking` (its `<|think|>` switch)",
+    effort="`enable_thinking` (it writes its `think` control token)",
     signs=((gemma4.CALL_OPEN, gemma4.CALL_CLOSE),),
 )
 
@@ -418,7 +418,7 @@ COMMAND_R = Dialect(
         "<|START_THINKING|>",
         "<|END_THINKING|>",
     ),
-    effort="none (R7B reasons when it writes `<|START_THINKING|>`)",
+    effort="`enable_thinking`",
     signs=(("<|START_ACTION|>",),),
 )
 
@@ -430,6 +430,7 @@ FUNCTIONARY = Dialect(
     None,
     end_tokens=("<|eot_id|>", "<|eom_id|>"),
     effort="none (no reasoning)",
+    parallel=False,
     signs=(("start with <function= and end with </function>",),),
 )
 

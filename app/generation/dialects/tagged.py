@@ -147,13 +147,15 @@ class TaggedParser:
         close, marker = find_first(self._raw, (closing, *self._reasoning_ends), self._pos)
         if close < 0:
             upto = len(self._raw) - held_back(self._raw, (closing, *self._reasoning_ends), self._pos)
+            # Whitespace waits for what follows it: before the close it is no reasoning.
+            upto = max(len(self._raw[:upto].rstrip()), self._pos)
             text, self._pos = self._raw[self._pos : upto], max(upto, self._pos)
             return [ReasoningDelta(text)] if text else []
         if marker != closing:
             text = self._raw[self._pos : close].rstrip()
             self._pos, self._state = close, "text"
             return [*([ReasoningDelta(text)] if text else []), ReasoningEnd()]
-        text = self._raw[self._pos : close]
+        text = self._raw[self._pos : close].rstrip()
         self._pos, self._state = close + len(closing), "text"
         return [*([ReasoningDelta(text)] if text else []), ReasoningEnd()]
 
@@ -254,6 +256,8 @@ class TaggedParser:
 
     def end(self, *, cut: bool) -> list[Segment]:
         if self._state == "start":
+            if cut and self._reasoning is not None and self._reasoning[0].startswith(self._raw[self._pos :].strip()):
+                return []  # the reasoning's opening tag, cut: markup, not text
             self._state = "text"
         if self._state == "reasoning":
             text = self._raw[self._pos :]
@@ -268,7 +272,7 @@ class TaggedParser:
             self._state, self._pos = "text", self._call_from  # never a call: its markup is text
         if self._state == "text":
             # A cut output may end in the start of a call's marker: markup, not text.
-            held = held_back(self._raw, self._call_opening, self._pos) if cut else 0
+            held = held_back(self._raw, self._text_markers, self._pos) if cut else 0
             return self._emit(len(self._raw) - held)
         return []
 

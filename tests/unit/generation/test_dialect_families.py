@@ -257,3 +257,38 @@ def test_every_example_cut_at_every_character_reads_well(family: str) -> None:
                     assert call in {**TOOLS, **dict.fromkeys(c for c, _ in _expected_calls(case.chain) or [])}
                     if complete:
                         json.loads(arguments)
+
+
+#: The template variable each family's reasoning switch reads, as its own template (from the package) shows it:
+#: rendered with the switch set, the prompt differs from the template's default. The render helper passes
+#: `reasoning.effort` to it (app/generation/prompt.py); these are the switches it must reach.
+EFFORT_SWITCHES: dict[str, tuple[str, dict[str, Any]]] = {
+    "harmony": ("openai-gpt-oss-120b", {"reasoning_effort": "high"}),
+    "hermes": ("Qwen-Qwen3-0.6B", {"enable_thinking": False}),
+    "qwen3_coder": ("Qwen3.5-4B", {"enable_thinking": False}),
+    "deepseek_r1": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", {"enable_thinking": True}),
+    "deepseek_v3": ("deepseek-ai-DeepSeek-V3.1", {"thinking": True}),
+    "deepseek_v32": ("deepseek-ai-DeepSeek-V3.2", {"thinking": True}),
+    "deepseek_v4": ("deepseek-ai-DeepSeek-V4", {"thinking": True}),
+    "gemma4": ("google-gemma-4-31B-it", {"enable_thinking": True}),
+    "glm": ("GLM-4.7-Flash", {"enable_thinking": False}),
+    "granite": ("ibm-granite-granite-3.3-2B-Instruct", {"thinking": True}),
+    "command_r": ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", {"enable_thinking": True}),
+}
+
+
+@pytest.mark.parametrize("family", list(EFFORT_SWITCHES))
+def test_each_family_s_reasoning_switch_is_the_variable_its_template_reads(family: str) -> None:
+    name, switch = EFFORT_SWITCHES[family]
+    assert detect_syntax(template(name), lambda _: False).dialect.name == family
+
+    def render(**options: Any) -> str:
+        return _JINJA.from_string(template(name)).render(
+            messages=[{"role": "user", "content": "Hi"}],
+            add_generation_prompt=True,
+            bos_token="",
+            eos_token="",
+            **options,
+        )
+
+    assert render(**switch) != render()
