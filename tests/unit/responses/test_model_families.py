@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 (DeepSeek's control tokens are spelt with fullwidth vertical bars)
 """Each model family's output, in its own syntax, through the real server path (LocalRunner, execution, relay):
 a scripted engine writes it a token at a time (app/testing/scripted.py), and the Response holds its reasoning,
 its text and its calls as the SDK's items, streamed, returned whole, in the background, stored or not; cut at
@@ -51,7 +52,8 @@ OUTPUTS: dict[str, tuple[str, bool]] = {
     ),
     "harmony": (
         "<|channel|>analysis<|message|>Weather lookup.<|end|><|start|>assistant<|channel|>commentary<|message|>"
-        'Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}',
+        "Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+        '{"city": "Paris"}',
         False,
     ),
     "llama3": ('{"name": "get_weather", "parameters": {"city": "Paris"}}', False),
@@ -69,12 +71,14 @@ OUTPUTS: dict[str, tuple[str, bool]] = {
     ),
     "deepseek_v32": (
         'Weather lookup.</think>Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
-        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜function_calls>",
         True,
     ),
     "deepseek_v4": (
         'Weather lookup.</think>Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
-        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜tool_calls>",
         True,
     ),
     "gemma4": (
@@ -98,7 +102,8 @@ OUTPUTS: dict[str, tuple[str, bool]] = {
         False,
     ),
     "minimax": (
-        '<think>Weather lookup.</think>Checking.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">'
+        '<think>Weather lookup.</think>Checking.\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+        '<parameter name="city">'
         "Paris</parameter>\n</invoke>\n</minimax:tool_call>",
         False,
     ),
@@ -222,11 +227,13 @@ PARALLEL = {
     "deepseek_r1": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
     '{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
     '{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-    "deepseek_v3": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>'
+    "deepseek_v3": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+    '{"city": "Paris"}<｜tool▁call▁end｜>'
     '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Rome"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
     "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
     'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
-    '<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    '<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+    "</｜DSML｜function_calls>",
     "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
     'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
     '<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
@@ -305,7 +312,10 @@ async def calculator() -> Any:
 async def test_an_mcp_tool_called_in_a_family_s_syntax_is_made_by_the_tool_loop(
     client: httpx.AsyncClient, renderer: FakeRenderer, engine: ScriptedEngine, calculator: ToolServer
 ) -> None:
-    call = '<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 2, "b": 3}'
+    call = (
+        "<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant to=functions.add<|channel|>commentary json"
+        '<|message|>{"a": 2, "b": 3}'
+    )
     speak(renderer, engine, "harmony", call, "<|channel|>final<|message|>The sum is 5.")
     tool = {"type": "mcp", "server_label": "calc", "server_url": calculator.url, "require_approval": "never"}
     reply = await client.post("/v1/responses", json={"input": "2 + 3?", "tools": [tool], "stream": True})
