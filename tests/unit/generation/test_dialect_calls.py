@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+from app.generation.dialects.families import dialect_named
+from app.generation.job import GenerationJob
 from app.generation.tool_calls import CALL_CLOSE, CALL_OPEN
+from app.generation.types import SamplingParams
 from app.testing.scripted import read_output
 
 KNOWN = {"get_weather": "function", "run_sql": "custom"}
@@ -72,3 +75,14 @@ def test_a_name_that_is_not_a_string_is_no_call() -> None:
 def test_members_in_another_order_are_read_when_the_object_ends() -> None:
     text = f'{CALL_OPEN}{{"arguments": {{"city": "Oslo"}}, "name": "get_weather"}}{CALL_CLOSE}'
     assert calls(text, cut=False) == [("get_weather", '{"city": "Oslo"}', True)]
+
+
+def test_a_job_queued_before_jobs_named_their_dialect_still_runs_in_our_convention() -> None:
+    job = GenerationJob("resp_1", [1], SamplingParams(0.0, 1.0, 16), {"model": "m"}, True, False, "t")
+    payload = job.to_payload()
+    for field in ("dialect", "reasoning_open", "parameter_types"):
+        del payload[field]
+    old = GenerationJob.from_payload(payload)
+    assert (old.dialect, old.reasoning_open, old.parameter_types) == ("hermes", False, {})
+    newer = GenerationJob.from_payload({**job.to_payload(), "dialect": "a-family-of-a-later-version"})
+    assert dialect_named(newer.dialect).name == "hermes"
