@@ -9,6 +9,8 @@ from typing import Any
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
+#: What ends a scalar (a number, true...) written at the top: the characters that may follow it.
+_SCALAR_ENDS = frozenset(", \t\n\r<[`")
 #: The longest escape a cut can split (`\uXXXX`).
 _LONGEST_ESCAPE = 6
 
@@ -42,36 +44,34 @@ class JsonValueStream:
             if self._index >= len(text):
                 return "", False
             self._began = True
-        sent = self._index
-        index = self._index
-        while index < len(text):
-            char = text[index]
-            index += 1
-            if self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif char == "\\":
-                    self._escaped = True
-                elif char == '"':
-                    self._in_string = False
-                    if self._depth == 0:
-                        self.ended = True
-                        break
-            elif char == '"':
-                self._in_string = True
-            elif char in "{[":
-                self._depth += 1
-            elif char in "}]":
-                self._depth -= 1
-                if self._depth <= 0:
-                    self.ended = True
-                    break
-            elif self._depth == 0 and (char in ", \t\n\r" or char in "<[`"):
-                index -= 1  # a scalar ended before this character
-                self.ended = True
-                break
+        sent = index = self._index
+        while index < len(text) and not self.ended:
+            index = self._step(text, index)
         self._index = index
         return text[sent:index], self.ended
+
+    def _step(self, text: str, index: int) -> int:
+        """One character read: the index after it (at it, for the character that ends a scalar)."""
+        char = text[index]
+        if self._in_string:
+            if self._escaped:
+                self._escaped = False
+            elif char == "\\":
+                self._escaped = True
+            elif char == '"':
+                self._in_string = False
+                self.ended = self._depth == 0
+        elif char == '"':
+            self._in_string = True
+        elif char in "{[":
+            self._depth += 1
+        elif char in "}]":
+            self._depth -= 1
+            self.ended = self._depth <= 0
+        elif self._depth == 0 and char in _SCALAR_ENDS:
+            self.ended = True
+            return index
+        return index + 1
 
     @property
     def end(self) -> int:

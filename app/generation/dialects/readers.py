@@ -265,6 +265,7 @@ class ListCallReader:
         self.opened = False
         self._began = False
         self._current: ObjectCallReader | None = None
+        self._skipped: JsonValueStream | None = None
 
     def read(self, text: str) -> tuple[list[Segment], ReadState]:
         segments: list[Segment] = []
@@ -276,18 +277,15 @@ class ListCallReader:
                 return [], "text"
             self._began, self.end = True, begin + 1
         while True:
+            if self._skipped is not None:  # an object that is no call, read to its end and left out
+                self._skipped.advance(text)
+                if not self._skipped.ended:
+                    return segments, "more"
+                self.end, self._skipped = self._skipped.end, None
             if self._current is not None:
-                found, state = self._current.read(text)
-                segments += found
-                self.opened = self.opened or self._current.opened
-                if state == "more":
-                    return segments, "more"
-                if state == "text" and not self.opened:
-                    return segments, "text"
-                self.end = self._current.end if state == "done" else self._skip_object(text)
-                self._current = None
-                if self.end < 0:
-                    return segments, "more"
+                state = self._read_current(text, segments)
+                if state is not None:
+                    return segments, state
             index = skip_space(text, self.end)
             if index >= len(text):
                 return segments, "more"
@@ -301,12 +299,22 @@ class ListCallReader:
             else:
                 return segments, "done" if self.opened else "text"
 
-    def _skip_object(self, text: str) -> int:
-        """Past an object that is no call of a known tool, in a list that holds calls: left out."""
+    def _read_current(self, text: str, segments: list[Segment]) -> ReadState | None:
+        """The object being read, read on: the list's state when it decides it (None: the list goes on)."""
         assert self._current is not None
-        stream = JsonValueStream(self._current.start)
-        stream.advance(text)
-        return stream.end if stream.ended else -1
+        found, state = self._current.read(text)
+        segments += found
+        self.opened = self.opened or self._current.opened
+        if state == "more":
+            return "more"
+        if state == "text" and not self.opened:
+            return "text"
+        if state == "done":
+            self.end = self._current.end
+        else:  # no call of a known tool, in a list that holds calls: left out
+            self._skipped = JsonValueStream(self._current.start)
+        self._current = None
+        return None
 
     def cut(self, text: str) -> list[Segment]:
         return self._current.cut(text) if self._current is not None else []

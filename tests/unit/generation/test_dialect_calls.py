@@ -1,4 +1,5 @@
-"""Reading calls back out of the model's text in our convention (Hermes), whole and cut off at every point."""
+"""Reading calls back out of the model's text: our convention (Hermes) whole and cut off at every point, a list of calls
+that holds something else, and jobs queued before jobs named their dialect."""
 
 from __future__ import annotations
 
@@ -86,3 +87,15 @@ def test_a_job_queued_before_jobs_named_their_dialect_still_runs_in_our_conventi
     assert (old.dialect, old.reasoning_open, old.parameter_types) == ("hermes", False, {})
     newer = GenerationJob.from_payload({**job.to_payload(), "dialect": "a-family-of-a-later-version"})
     assert dialect_named(newer.dialect).name == "hermes"
+
+
+def test_an_object_of_a_list_that_is_no_call_is_left_out_and_the_others_read() -> None:
+    """A list that opens with a call holds calls: an object in it that is none (a tool not offered, braces in its
+    strings) is left out; a list that opens with no call is text, as the model wrote it."""
+    weather = '{"name": "get_weather", "arguments": {}}'
+    rockets = '{"name": "launch_rockets", "arguments": {"n": [1, {"x": "}"}]}}'
+    for cut in (False, True):
+        reading = read_output("mistral_json", f"[TOOL_CALLS][{weather}, {rockets}, {weather}]", KNOWN, cut=cut)
+        assert reading.calls == [("get_weather", "{}", True)] * 2 and reading.messages == []
+    reading = read_output("mistral_json", f"[TOOL_CALLS][{rockets}, {weather}]", KNOWN)
+    assert reading.calls == [] and reading.messages == [(None, f"[TOOL_CALLS][{rockets}, {weather}]")]
