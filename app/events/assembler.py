@@ -21,6 +21,7 @@ from app.events.mcp_items import call_closing_events, close_open_calls, list_too
 from app.events.output_items import CallRouting, RoundItems
 from app.generation.dialects.families import CONVENTION, dialect_named
 from app.generation.dialects.segments import ParseOptions, TextDelta
+from app.generation.dialects.tagged import PlainParser
 from app.generation.tool_calls import CLIENT_TOOL_PARAMETERS, ParsedCall
 from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
@@ -142,6 +143,8 @@ class ResponseAssembler:
     def _new_round(self) -> None:
         self._raw = ""  # everything the model said this round
         self._parser = self._dialect.parser(self._options, self._tags)
+        #: No tools and no reasoning: every piece is answer text, sent without the parser (the per-token path).
+        self._plain = isinstance(self._parser, PlainParser)
         self._round = RoundItems(
             len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
         )
@@ -185,7 +188,10 @@ class ResponseAssembler:
             piece = piece.text
         elif self._logprobs is not None:
             self._logprobs.extend_last(len(self._raw) + len(piece))
+        start = len(self._raw)
         self._raw += piece
+        if self._plain:
+            return self._round.say(piece, start) if piece else []
         reasoning = self._parser.in_reasoning()
         events = self._round.take(self._parser.feed(piece))
         if reasoning or self._parser.in_reasoning():

@@ -113,7 +113,7 @@ class RoundItems:
         events: list[ResponseEvent] = []
         for segment in segments:
             if isinstance(segment, TextDelta):
-                events += self._say(segment)
+                events += self.say(segment.text, segment.start, segment.phase)
             elif isinstance(segment, ReasoningDelta):
                 events += self._reason(segment.text)
             elif isinstance(segment, CallStart):
@@ -160,10 +160,10 @@ class RoundItems:
 
     # Messages ---------------------------------------------------------------------------------------------------
 
-    def _say(self, delta: TextDelta) -> list[ResponseEvent]:
-        text, start = delta.text, delta.start
+    def say(self, text: str, start: int, phase: Phase | None = None) -> list[ResponseEvent]:
+        """Answer text, at `start` in the model's whole text: a message opened for it (of `phase`) when none is."""
         events: list[ResponseEvent] = []
-        if not isinstance(self.open, MessageItem) or delta.phase != self._phase:
+        if not isinstance(self.open, MessageItem) or phase != self._phase:
             stripped = text.lstrip()  # a message starts at its first non-space character
             if not stripped:
                 return []
@@ -171,11 +171,11 @@ class RoundItems:
             text = stripped
             events += self.close("completed")
             message = MessageItem(id=self._ids("msg"), role="assistant", content=[], status="in_progress")
-            if delta.phase is not None:
-                message.phase = delta.phase
+            if phase is not None:
+                message.phase = phase
             events += self._added(message)
             events.append(self._part_event("response.content_part.added", OutputText(type="output_text", text="")))
-            self._text, self._spans, self._phase = [], [], delta.phase
+            self._text, self._spans, self._phase = [], [], phase
         assert self.open is not None
         self._text.append(text)
         if self._spans and self._spans[-1][1] == start:
