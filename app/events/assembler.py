@@ -145,6 +145,8 @@ class ResponseAssembler:
         self._parser = self._dialect.parser(self._options, self._tags)
         #: No tools and no reasoning: every piece is answer text, sent without the parser (the per-token path).
         self._plain = isinstance(self._parser, PlainParser)
+        #: Its pieces may be reasoning (they count as reasoning tokens).
+        self._reads_reasoning = self._options.reasoning or self._dialect.tagged is None
         self._round = RoundItems(
             len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
         )
@@ -192,6 +194,8 @@ class ResponseAssembler:
         self._raw += piece
         if self._plain:
             return self._round.say(piece, start) if piece else []
+        if not self._reads_reasoning:
+            return self._round.take(self._parser.feed(piece))
         reasoning = self._parser.in_reasoning()
         events = self._round.take(self._parser.feed(piece))
         if reasoning or self._parser.in_reasoning():

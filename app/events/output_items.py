@@ -87,7 +87,9 @@ class RoundItems:
         self.items: list[Item] = []
         #: The open item: a reasoning item, a message or a streamed call.
         self.open: Item | None = None
-        self._text: list[str] = []
+        #: The open item's text so far, and whether it is a message (kept apart: checked on every token).
+        self._text = ""
+        self._saying = False
         self._spans: list[list[int]] = []
         self._phase: Phase | None = None
         self._buffered: _Buffered | None = None
@@ -144,9 +146,9 @@ class RoundItems:
         if not isinstance(self.open, StoredReasoning):
             events += self.close("completed")
             events += self._added(StoredReasoning(id=self._ids("rs"), content=[], status="in_progress"))
-            self._text = []
+            self._text = ""
         assert self.open is not None
-        self._text.append(text)
+        self._text += text
         events.append(
             ReasoningTextDeltaEvent(
                 sequence_number=self._next(),
@@ -163,7 +165,7 @@ class RoundItems:
     def say(self, text: str, start: int, phase: Phase | None = None) -> list[ResponseEvent]:
         """Answer text, at `start` in the model's whole text: a message opened for it (of `phase`) when none is."""
         events: list[ResponseEvent] = []
-        if not isinstance(self.open, MessageItem) or phase != self._phase:
+        if not self._saying or phase != self._phase:
             stripped = text.lstrip()  # a message starts at its first non-space character
             if not stripped:
                 return []
@@ -175,9 +177,9 @@ class RoundItems:
                 message.phase = phase
             events += self._added(message)
             events.append(self._part_event("response.content_part.added", OutputText(type="output_text", text="")))
-            self._text, self._spans, self._phase = [], [], phase
+            self._text, self._spans, self._phase, self._saying = "", [], phase, True
         assert self.open is not None
-        self._text.append(text)
+        self._text += text
         if self._spans and self._spans[-1][1] == start:
             self._spans[-1][1] = start + len(text)
         else:
@@ -246,7 +248,7 @@ class RoundItems:
                 namespace=namespace,
                 status="in_progress",
             )
-        self._text = []
+        self._text = ""
         return events + self._added(call)
 
     def _call_delta(self, text: str) -> list[ResponseEvent]:
@@ -255,7 +257,7 @@ class RoundItems:
         if self._buffered is not None:
             self._buffered.parts.append(text)
             return []
-        self._text.append(text)
+        self._text += text
         call = self.open
         if isinstance(call, StoredCustomToolCall):
             return [
@@ -284,7 +286,7 @@ class RoundItems:
 
     def _close_call(self, status: str) -> list[ResponseEvent]:
         call = self.open
-        text = "".join(self._text)
+        text = self._text
         events: list[ResponseEvent] = []
         if isinstance(call, StoredCustomToolCall):
             call = call.model_copy(update={"input": text})
@@ -307,7 +309,7 @@ class RoundItems:
             )
         )
         self.items.append(call)
-        self.open = None
+        self.open, self._saying = None, False
         return events
 
     # Closing ----------------------------------------------------------------------------------------------------
@@ -319,7 +321,7 @@ class RoundItems:
             return []
         if isinstance(item, StoredFunctionCall | StoredCustomToolCall):
             return self._close_call(status)
-        text = "".join(self._text)
+        text = self._text
         logprobs: list[EventLogprob] = []
         if isinstance(item, StoredReasoning):
             encrypted = encode_reasoning(text) if self._encrypted else None
@@ -331,13 +333,13 @@ class RoundItems:
             part, logprobs = self._message_logprobs(text)
             item = item.model_copy(update={"content": [part], "status": status})
         self.items.append(item)
-        self.open = None
+        self.open, self._saying = None, False
         return item_done_events(item, self._index - 1, self._next, logprobs=logprobs)
 
     def empty_message(self) -> list[ResponseEvent]:
         """An answer with nothing in it: an empty message, opened and closed."""
         message = MessageItem(id=self._ids("msg"), role="assistant", content=[], status="in_progress")
-        self._text, self._spans, self._phase = [], [], None
+        self._text, self._spans, self._phase, self._saying = "", [], None, True
         events = self._added(message)
         events.append(self._part_event("response.content_part.added", OutputText(type="output_text", text="")))
         return events

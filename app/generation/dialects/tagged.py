@@ -4,6 +4,7 @@ family's call reader. Also the parser of a model offered no tools and no reasoni
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -86,6 +87,10 @@ class TaggedParser:
             if syntax.section is not None:
                 markers.append(syntax.section[0])
         self._text_markers = tuple(markers)
+        #: What a marker may start with: a piece without any of these is text at once (see feed).
+        self._marker_start = re.compile(
+            "[" + "".join(re.escape(marker[0]) for marker in markers) + "]" if markers else "(?!)"
+        )
         # Calls end a reasoning section the prompt opened (a model may call without closing it); one the model
         # opened itself holds whatever it writes up to its close.
         self._reasoning_ends = (
@@ -96,7 +101,13 @@ class TaggedParser:
         self._call_opening = (*syntax.call_markers, *syntax.inner_markers) if self._tools else ()
 
     def feed(self, piece: str) -> list[Segment]:
+        start = len(self._raw)
         self._raw += piece
+        if self._state == "text" and self._pos == start and self._bare_tried and not self._marker_start.search(piece):
+            # The common case: answer text that holds no character a marker starts with, nothing held back.
+            self._pos += len(piece)
+            self._answered = self._answered or not piece.isspace()
+            return [TextDelta(piece, start)] if piece else []
         segments: list[Segment] = []
         while True:
             state, position = self._state, self._pos
