@@ -52,7 +52,10 @@ class HarmonyParser:
         self._began = False
 
     def feed(self, piece: str) -> list[Segment]:
+        start = len(self._raw)
         self._raw += piece
+        if not self._in_header and self._pos == start and "<" not in piece:
+            return self._body_text(len(self._raw))  # a message's content going on: no marker in it
         segments: list[Segment] = []
         while True:
             before = (self._in_header, self._pos)

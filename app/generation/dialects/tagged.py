@@ -93,10 +93,14 @@ class TaggedParser:
         )
         # Calls end a reasoning section the prompt opened (a model may call without closing it); one the model
         # opened itself holds whatever it writes up to its close.
-        self._reasoning_ends = (
+        self._reasoning_ends: tuple[str, ...] = (
             tuple(marker for marker in markers if marker not in syntax.answer_markers)
             if options.reasoning_open or syntax.calls_end_reasoning
             else ()
+        )
+        ending = (self._reasoning[1], *self._reasoning_ends) if self._reasoning else ()
+        self._reasoning_start = re.compile(
+            "[" + "".join(re.escape(marker[0]) for marker in ending) + "]" if ending else "(?!)"
         )
         self._call_opening = (*syntax.call_markers, *syntax.inner_markers) if self._tools else ()
 
@@ -108,6 +112,15 @@ class TaggedParser:
             self._pos += len(piece)
             self._answered = self._answered or not piece.isspace()
             return [TextDelta(piece, start)] if piece else []
+        if (
+            self._state == "reasoning"
+            and self._pos == start
+            and self._reasoning_began
+            and not self._reasoning_start.search(piece)
+            and not piece[-1:].isspace()
+        ):
+            self._pos += len(piece)  # reasoning going on: no marker, nothing held back
+            return [ReasoningDelta(piece)] if piece else []
         segments: list[Segment] = []
         while True:
             state, position = self._state, self._pos
