@@ -52,18 +52,28 @@ class ScriptedEngine:
         self.outputs = list(outputs or [""])
         self.requests: list[GenerationRequest] = []
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scripted-engine", daemon=True)
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
+        if self._closed.is_set():  # as LlamaEngine: a closed engine ends what it is handed, cancelled
+            request.emit(Finish("cancelled", len(request.prompt), 0, 0))
+            return
         self._requests.put(request)
 
     def tokenize(self, text: str) -> list[int]:
         return [ord(character) for character in text]
 
     def close(self) -> None:
+        """Stop; what was handed to it and not started ends cancelled (nobody waits for ever)."""
+        self._closed.set()
         self._requests.put(None)
         self._thread.join()
+        while not self._requests.empty():
+            waiting = self._requests.get()
+            if waiting is not None:
+                waiting.emit(Finish("cancelled", len(waiting.prompt), 0, 0))
 
     def _run(self) -> None:
         while (request := self._requests.get()) is not None:
@@ -73,7 +83,7 @@ class ScriptedEngine:
             produced = 0
             reason: FinishReason = "stop"
             for piece in tokens_of(output, dialect_named(request.dialect)):
-                if request.cancelled.is_set():
+                if request.cancelled.is_set() or self._closed.is_set():
                     reason = "cancelled"
                     break
                 if budget is not None and produced >= budget:
