@@ -205,7 +205,7 @@ class ResponseAssembler:
     def steerable(self) -> bool:
         """Whether the output may stop here for steering input: not inside a call (its markup opened, or perhaps
         opening), whose arguments would be cut."""
-        return not self._parser.in_call()
+        return self._plain or not self._parser.in_call()
 
     def _end_text(self, *, cut: bool) -> list[ResponseEvent]:
         """The parser told the text ended (once a round): what it held back, the open call closed."""

@@ -24,6 +24,7 @@ from app.generation.dialects.readers import (
 from app.generation.dialects.segments import OutputParser, ParseOptions, Segment
 from app.generation.dialects.tagged import PlainParser, TaggedParser, TaggedSyntax
 from app.generation.dialects.xml_params import XmlParameters
+from app.generation.grammars import tool_call_grammar
 from app.generation.tool_calls import FunctionSpec
 
 THINK = ("<think>", "</think>")
@@ -87,17 +88,11 @@ def _xml(text: str, shape: XmlShape) -> Grammar:
     return lambda functions: xml_call_grammar(functions, wrap, shape)
 
 
-def _hermes_grammar(functions: Sequence[FunctionSpec]) -> str:
-    from app.generation.grammars import tool_call_grammar
-
-    return tool_call_grammar(functions)
-
-
 HERMES = Dialect(
     "hermes",
     "Hermes 2/3, Qwen 2.5/3 (JSON calls), QwQ, Granite 4.x, SmolLM3, Phi-3.5, and every template none matches",
     TaggedSyntax(("<tool_call>",), _object_reader(), call_close="</tool_call>"),
-    _hermes_grammar,
+    tool_call_grammar,
     THINK,
     end_tokens=("<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|end|>"),
     effort="`enable_thinking` (Qwen3, SmolLM3), `thinking` (Granite)",
