@@ -43,8 +43,14 @@ class Arguments:
         self.custom = kind == "custom"
         self.held = False
         self.text: list[str] = []
+        self._space = ""
 
     def add(self, text: str) -> list[Segment]:
+        # Whitespace waits for what follows it: after the arguments' end it is none of them.
+        text = self._space + text
+        kept = text.rstrip()
+        self._space = text[len(kept) :]
+        text = kept
         if not text:
             return []
         if not self.text and not self.custom and text.lstrip().startswith('"'):
@@ -54,6 +60,9 @@ class Arguments:
 
     def close(self, *, complete: bool) -> list[Segment]:
         written = "".join(self.text)
+        # Whitespace held at a cut is part of what was written (a cut string's content, arguments so far).
+        space, self._space = ("" if complete else self._space), ""
+        written += space
         if self.custom:
             found = custom_input(written, complete=complete)
             if found is None:
@@ -63,7 +72,7 @@ class Arguments:
             decoded = custom_input(written, complete=complete) or ""
             ok = complete and json_object(decoded) is not None
             return [*([CallDelta(decoded)] if decoded else []), CallEnd(decoded, ok)]
-        return [CallEnd(written, complete and json_object(written) is not None)]
+        return [*([CallDelta(space)] if space else []), CallEnd(written, complete and json_object(written) is not None)]
 
 
 def known(name: str, options: ParseOptions) -> bool:
