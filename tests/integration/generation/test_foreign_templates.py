@@ -32,7 +32,9 @@ WEATHER = {
     "description": "The weather in a city.",
     "parameters": {
         "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        # An enum: Qwen3.5 writes a string parameter as text that ends where the model chooses, and SmolLM2 rambles
+        # on (the families that quote their strings end them at the quote).
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}, "days": {"type": "integer"}},
         "required": ["city"],
         "additionalProperties": False,
     },
@@ -80,13 +82,13 @@ def test_a_forced_call_in_the_family_s_syntax_is_read_back_as_a_call(client: ope
         tools=[WEATHER],  # type: ignore[list-item]
         tool_choice="required",
         temperature=0,
-        max_output_tokens=96,
+        max_output_tokens=160,
     )
     assert response.status == "completed", response
     calls = [item for item in response.output if item.type == "function_call"]
     assert [call.name for call in calls] == ["get_weather"], response.output
     arguments = json.loads(calls[0].arguments)
-    assert isinstance(arguments["city"], str)
+    assert arguments["city"] in ("Paris", "Rome")
     assert not [item for item in response.output if item.type == "message"], "the call's markup said as text"
     with client.responses.stream(
         model=model,
@@ -94,10 +96,10 @@ def test_a_forced_call_in_the_family_s_syntax_is_read_back_as_a_call(client: ope
         tools=[WEATHER],  # type: ignore[list-item]
         tool_choice={"type": "function", "name": "get_weather"},
         temperature=0,
-        max_output_tokens=96,
+        max_output_tokens=160,
     ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert "response.function_call_arguments.delta" in kinds
     (streamed,) = [item for item in final.output if item.type == "function_call"]
-    assert isinstance(json.loads(streamed.arguments)["city"], str)
+    assert json.loads(streamed.arguments)["city"] in ("Paris", "Rome")
