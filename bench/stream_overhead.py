@@ -10,9 +10,12 @@ client streams from it. With no decode in the way, every figure is our own cost:
   - the ceiling: tokens/s of one stream when the engine emits as fast as it can (`--interval-ms 0`);
   - with `--calls`, Python function calls per token on the event loop (cProfile, switched on in the server by a
     signal for extra streams after the timed ones): a count, not a time, so another process's load does not move
-    it; what a change to the per-token path saves shows here even when the CPU figures drown in noise.
+    it; what a change to the per-token path saves shows here even when the CPU figures drown in noise;
+  - with `--tools`, each request offers a function tool, so that the output's parser (our convention's, Hermes)
+    reads every token for call markup, as it does for a request with tools.
 
-    .venv/bin/python -m bench.stream_overhead [--tokens 512] [--runs 5] [--interval-ms 5] [--calls] [--json PATH]
+    .venv/bin/python -m bench.stream_overhead [--tokens 512] [--runs 5] [--interval-ms 5] [--calls] [--tools]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from app.testing.fakes import FakeRenderer, fake_generation
 from app.testing.servers import free_port, wait_for_ok
 
 WORD = " bread"
+#: The tool a `--tools` request offers (never called: the scripted engine says WORD).
+TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 
 
 class ScriptedEngine:
@@ -111,11 +116,13 @@ def cpu_ns(pid: int) -> tuple[int, int]:
     return total, loop
 
 
-def stream(client: httpx.Client, tokens: int, *, store: bool) -> tuple[float, float, int]:
+def stream(client: httpx.Client, tokens: int, *, store: bool, tools: bool = False) -> tuple[float, float, int]:
     """(time to first text delta, time from it to the last, text deltas) of one streamed response."""
     body: dict[str, Any] = {"model": "scripted", "input": "Bake bread.", "max_output_tokens": tokens, "stream": True}
     if not store:
         body["store"] = False
+    if tools:
+        body["tools"] = [TOOL]
     started = time.perf_counter()
     first = last = 0.0
     deltas = 0
@@ -130,16 +137,16 @@ def stream(client: httpx.Client, tokens: int, *, store: bool) -> tuple[float, fl
 
 
 def measure(
-    base_url: str, pid: int, tokens: int, runs: int, *, store: bool, calls: Path | None = None
+    base_url: str, pid: int, tokens: int, runs: int, *, store: bool, calls: Path | None = None, tools: bool = False
 ) -> dict[str, float]:
     with httpx.Client(base_url=base_url, timeout=120) as client:
-        stream(client, 16, store=store)  # warm-up
+        stream(client, 16, store=store, tools=tools)  # warm-up
         before = cpu_ns(pid)
-        timings = [stream(client, tokens, store=store) for _ in range(runs)]
+        timings = [stream(client, tokens, store=store, tools=tools) for _ in range(runs)]
         after = cpu_ns(pid)
         # Time to first token on short responses, apart: a long stream's tail would not delay it anyway.
-        ttfts = [stream(client, 16, store=store)[0] for _ in range(runs * 2)]
-        counted = count_calls(client, pid, tokens, runs, store=store, calls=calls) if calls else None
+        ttfts = [stream(client, 16, store=store, tools=tools)[0] for _ in range(runs * 2)]
+        counted = count_calls(client, pid, tokens, runs, store=store, calls=calls, tools=tools) if calls else None
     produced = sum(deltas for _, _, deltas in timings)
     results = {
         "server_cpu_us_per_token": round((after[0] - before[0]) / produced / 1e3, 1),
@@ -152,13 +159,15 @@ def measure(
     return results
 
 
-def count_calls(client: httpx.Client, pid: int, tokens: int, runs: int, *, store: bool, calls: Path) -> float:
+def count_calls(
+    client: httpx.Client, pid: int, tokens: int, runs: int, *, store: bool, calls: Path, tools: bool = False
+) -> float:
     """Python calls per streamed token on the server's event loop, over `runs` more streams (whole requests:
     their first and last events are in it, a 512-token stream's share of them is small)."""
     calls.unlink(missing_ok=True)
     os.kill(pid, signal.SIGUSR1)
     time.sleep(0.2)  # the loop runs the handler when it wakes
-    produced = sum(stream(client, tokens, store=store)[2] for _ in range(runs))
+    produced = sum(stream(client, tokens, store=store, tools=tools)[2] for _ in range(runs))
     os.kill(pid, signal.SIGUSR2)
     deadline = time.monotonic() + 30
     while not calls.exists() and time.monotonic() < deadline:
@@ -175,6 +184,7 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=5.0, help="between pieces (0: as fast as it can)")
     parser.add_argument("--flood", action="store_true", help="also as fast as the engine can emit")
     parser.add_argument("--calls", action="store_true", help="also Python calls per token on the event loop")
+    parser.add_argument("--tools", action="store_true", help="each request offers a function tool")
     parser.add_argument("--calls-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument("--json", type=Path)
@@ -201,7 +211,7 @@ def main() -> None:
                     raise RuntimeError((directory / "server.log").read_text()[-3000:])
                 results[f"interval_{interval_ms:g}ms"] = {
                     ("stored" if store else "store_false"): measure(
-                        base_url, process.pid, args.tokens, args.runs, store=store, calls=calls
+                        base_url, process.pid, args.tokens, args.runs, store=store, calls=calls, tools=args.tools
                     )
                     for store in (True, False)
                 }

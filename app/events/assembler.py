@@ -1,44 +1,38 @@
 """Generation output -> the Response it builds and the stream events on the way (one path for JSON and SSE).
 
-The model's text is read in up to three parts, in order: a reasoning section (between the model's reasoning
-tags, when it has them), the answer (a message), and function calls (from the first call tag on, when
-functions are offered). Text that may be the start of a tag is held back until it is clear.
+The model's text is read by its family's parser (app/generation/dialects): reasoning, answer text and tool calls,
+in the family's own syntax, each as soon as it is certain (text that may be the start of markup is held back
+until it is clear). Their items and events are made by RoundItems (output_items.py): reasoning and messages as
+they come, function and custom tool calls streamed as they are written (the calls of a response that may call
+MCP tools, and of client tool types, whole at the end).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 from app.events.call_items import ClientCall, call_events, call_items
-from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
 from app.events.mcp_items import call_closing_events, close_open_calls, list_tools_events, open_tool_calls
-from app.generation.prompt import encode_reasoning
-from app.generation.tool_calls import CALL_OPEN, ParsedCall, held_back, parse_calls, parse_cut_calls
+from app.events.output_items import CallRouting, RoundItems
+from app.generation.dialects.families import CONVENTION, dialect_named
+from app.generation.dialects.segments import ParseOptions, TextDelta
+from app.generation.dialects.tagged import PlainParser
+from app.generation.tool_calls import CLIENT_TOOL_PARAMETERS, ParsedCall
 from app.generation.types import Finish, ScoredPiece
 from app.ids import new_id
 from app.schemas.events import (
     CompactionCompactingEvent,
-    ContentPartEvent,
     ErrorEvent,
     OutputItemEvent,
-    OutputTextDeltaEvent,
-    ReasoningTextDeltaEvent,
     ResponseEvent,
     ResponseLifecycleEvent,
 )
-from app.schemas.items import (
-    STORED_ITEM,
-    Item,
-    MessageItem,
-    OutputText,
-    ReasoningText,
-    StoredCompaction,
-    StoredMcpCall,
-    StoredMcpListTools,
-    StoredReasoning,
-)
+from app.schemas.items import STORED_ITEM, Item, StoredCompaction, StoredMcpCall, StoredMcpListTools
 from app.schemas.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -61,12 +55,25 @@ def opening_events(response: ResponseObject) -> list[ResponseLifecycleEvent]:
     ]
 
 
+def _runnable(call: ParsedCall, tool_types: set[str]) -> bool:
+    """Whether a whole call of a client tool type has arguments its client can run (a cut one says how far it
+    got; anything else is a call as written)."""
+    fixed = CLIENT_TOOL_PARAMETERS.get(call.name) if call.name in tool_types else None
+    if fixed is None or not call.complete:
+        return True
+    try:
+        return Draft202012Validator(fixed).is_valid(json.loads(call.arguments))
+    except json.JSONDecodeError:
+        return False
+
+
 class ResponseAssembler:
     """Grows one Response from text pieces; every method returns the events that step produced, in order.
 
-    `functions` maps each offered function name to its namespace (None outside a namespace);
-    `reasoning_tags` are the model's (open, close) reasoning markers, if it has any. With `logprobs`, the
-    pieces are ScoredPieces and the answer's part and deltas carry their tokens' logprobs.
+    `functions` maps each offered function name to its namespace (None outside a namespace); `dialect` names the
+    model family whose syntax its text is read in (app/generation/dialects), `reasoning_tags` its reasoning markers
+    in use, if it has any, and `reasoning_open` says that the prompt already opened the reasoning section. With
+    `logprobs`, the pieces are ScoredPieces and the answer's part and deltas carry their tokens' logprobs.
     """
 
     def __init__(
@@ -87,6 +94,9 @@ class ResponseAssembler:
         mcp_approvals: set[str] | None = None,
         prefill_only: bool = False,
         compaction_trigger: bool = False,
+        dialect: str = CONVENTION.name,
+        reasoning_open: bool = False,
+        parameter_types: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.response = response
         #: A warm-up (`generate: false`): the model says nothing, and the output is empty (no empty message).
@@ -107,7 +117,16 @@ class ResponseAssembler:
         self._custom_tools = custom_tools or set()
         #: Offered client-executed tool types (shell, apply_patch...): called under their type's name.
         self._tool_types = tool_types or set()
+        self._routing = CallRouting(
+            self._functions, self._custom_tools, self._tool_types, self._mcp_tools, parallel_tool_calls
+        )
+        self._dialect = dialect_named(dialect)
         self._tags = reasoning_tags
+        kinds = {
+            name: "custom" if name in self._custom_tools else name if name in self._tool_types else "function"
+            for name in self._functions
+        }
+        self._options = ParseOptions(kinds, parameter_types or {}, reasoning_open, reasoning_tags is not None)
         self._encrypted_reasoning = encrypted_reasoning
         #: Items that exist before the model speaks (a compaction item): sent first, and first in the output.
         self._leading: list[Item] = [STORED_ITEM.validate_python(item) for item in leading_items or []]
@@ -118,16 +137,23 @@ class ResponseAssembler:
         #: The API sent the opening events (see `opening_events`): ours follow them.
         self._announced = announced
         self._sequence = len(OPENING_EVENT_TYPES) if announced else 0
-        self._raw = ""  # everything the model said
-        self._phase = "undecided" if reasoning_tags else "answer"
-        self._reasoning: StoredReasoning | None = None
-        self._reasoning_from = 0
-        self._reasoning_sent = 0
         self._reasoning_pieces = 0
-        self._message: MessageItem | None = None
-        self._answer_from = 0  # where the answer starts in _raw
-        self._sent = 0  # how far the answer went out as message text
-        self._calls_from: int | None = None  # where the first call tag starts
+        self._new_round()
+
+    def _new_round(self) -> None:
+        self._raw = ""  # everything the model said this round
+        self._parser = self._dialect.parser(self._options, self._tags)
+        #: No tools and no reasoning: every piece is answer text, sent without the parser (the per-token path).
+        self._plain = isinstance(self._parser, PlainParser)
+        #: Its pieces may be reasoning (they count as reasoning tokens).
+        self._reads_reasoning = self._options.reasoning or self._dialect.tagged is None
+        self._round = RoundItems(
+            len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
+        )
+        #: The parser was told the text ended (mcp_round did, and finish must not again).
+        self._ended = False
+        #: Events that telling it made in an mcp_round that found no MCP call: finish sends them first.
+        self._unsent: list[ResponseEvent] = []
 
     def _next(self) -> int:
         self._sequence += 1
@@ -155,131 +181,7 @@ class ResponseAssembler:
     def _item_event(self, kind: str, index: int, item: Item) -> OutputItemEvent:
         return OutputItemEvent(type=kind, sequence_number=self._next(), output_index=index, item=item)
 
-    @property
-    def _reasoning_index(self) -> int:
-        return len(self._leading)
-
-    # Reasoning -----------------------------------------------------------------------------------------
-
-    def _decide(self) -> list[ResponseEvent]:
-        """Is the output opening with a reasoning section? Undecided while it could still be."""
-        assert self._tags is not None
-        opening = len(self._raw) - len(self._raw.lstrip())
-        rest = self._raw[opening:]
-        if rest.startswith(self._tags[0]):
-            self._phase = "reasoning"
-            self._reasoning_from = self._reasoning_sent = opening + len(self._tags[0])
-            self._reasoning = StoredReasoning(id=self._ids("rs"), content=[], status="in_progress")
-            return [
-                OutputItemEvent(
-                    type="response.output_item.added",
-                    sequence_number=self._next(),
-                    output_index=self._reasoning_index,
-                    item=self._reasoning.model_copy(deep=True),
-                )
-            ]
-        if not self._tags[0].startswith(rest):
-            self._phase = "answer"
-        return []
-
-    def _send_reasoning(self, upto: int) -> list[ResponseEvent]:
-        assert self._reasoning is not None
-        delta = self._raw[self._reasoning_sent : upto]
-        if not delta:
-            return []
-        self._reasoning_sent = upto
-        return [
-            ReasoningTextDeltaEvent(
-                sequence_number=self._next(),
-                item_id=self._reasoning.id,
-                output_index=self._reasoning_index,
-                content_index=0,
-                delta=delta,
-            )
-        ]
-
-    def _close_reasoning(self, status: str) -> list[ResponseEvent]:
-        assert self._reasoning is not None
-        text = self._raw[self._reasoning_from : self._reasoning_sent]
-        encrypted = encode_reasoning(text) if self._encrypted_reasoning else None
-        self._reasoning = self._reasoning.model_copy(
-            update={"content": [ReasoningText(text=text)], "status": status, "encrypted_content": encrypted}
-        )
-        return item_done_events(self._reasoning, self._reasoning_index, self._next)
-
-    def _reason(self) -> list[ResponseEvent]:
-        assert self._tags is not None
-        self._reasoning_pieces += 1
-        close = self._raw.find(self._tags[1], self._reasoning_from)
-        if close < 0:
-            return self._send_reasoning(len(self._raw) - held_back(self._raw, self._tags[1]))
-        events = [*self._send_reasoning(close), *self._close_reasoning("completed")]
-        self._phase = "answer"
-        self._answer_from = self._sent = close + len(self._tags[1])
-        return events
-
-    # The answer ----------------------------------------------------------------------------------------
-
-    @property
-    def _message_index(self) -> int:
-        return self._reasoning_index + (1 if self._reasoning is not None else 0)
-
-    def _part_event(self, kind: str, message: MessageItem, part: OutputText) -> ContentPartEvent:
-        return ContentPartEvent(
-            type=kind,
-            sequence_number=self._next(),
-            item_id=message.id,
-            output_index=self._message_index,
-            content_index=0,
-            part=part,
-        )
-
-    def _open_message(self) -> list[ResponseEvent]:
-        message = MessageItem(id=self._ids("msg"), role="assistant", content=[], status="in_progress")
-        self._message = message
-        return [
-            OutputItemEvent(
-                type="response.output_item.added",
-                sequence_number=self._next(),
-                output_index=self._message_index,
-                item=message.model_copy(deep=True),
-            ),
-            self._part_event("response.content_part.added", message, OutputText(type="output_text", text="")),
-        ]
-
-    def _send_text(self, upto: int) -> list[ResponseEvent]:
-        if self._message is None:  # the answer starts after the whitespace that follows the reasoning
-            while self._sent < upto and self._raw[self._sent].isspace():
-                self._sent += 1
-            self._answer_from = self._sent
-        delta = self._raw[self._sent : upto]
-        if not delta:
-            return []
-        events = self._open_message() if self._message is None else []
-        assert self._message is not None
-        start, self._sent = self._sent, upto
-        events.append(
-            OutputTextDeltaEvent(
-                sequence_number=self._next(),
-                item_id=self._message.id,
-                output_index=self._message_index,
-                content_index=0,
-                delta=delta,
-                logprobs=self._logprobs.for_event(delta, start) if self._logprobs else [],
-            )
-        )
-        return events
-
-    def _answer(self) -> list[ResponseEvent]:
-        if self._calls_from is not None:
-            return []
-        if not self._functions:
-            return self._send_text(len(self._raw))
-        tag = self._raw.find(CALL_OPEN, self._sent)
-        if tag >= 0:
-            self._calls_from = tag
-            return self._send_text(tag)
-        return self._send_text(len(self._raw) - held_back(self._raw))
+    # The text --------------------------------------------------------------------------------------------------
 
     def text(self, piece: str | ScoredPiece) -> list[ResponseEvent]:
         if isinstance(piece, ScoredPiece):
@@ -288,89 +190,67 @@ class ResponseAssembler:
             piece = piece.text
         elif self._logprobs is not None:
             self._logprobs.extend_last(len(self._raw) + len(piece))
+        start = len(self._raw)
         self._raw += piece
-        events = self._decide() if self._phase == "undecided" else []
-        if self._phase == "reasoning":
-            events += self._reason()
-        if self._phase == "answer":
-            events += self._answer()
+        if self._plain:
+            return self._round.say(piece, start) if piece else []
+        if not self._reads_reasoning:
+            return self._round.take(self._parser.feed(piece))
+        reasoning = self._parser.in_reasoning()
+        events = self._round.take(self._parser.feed(piece))
+        if reasoning or self._parser.in_reasoning():
+            self._reasoning_pieces += 1
         return events
 
     def steerable(self) -> bool:
-        """Whether the output may stop here for steering input: not inside a call (its tag opened, or perhaps
+        """Whether the output may stop here for steering input: not inside a call (its markup opened, or perhaps
         opening), whose arguments would be cut."""
-        return self._calls_from is None and not (self._functions and held_back(self._raw))
+        return self._plain or not self._parser.in_call()
 
-    # Function calls ------------------------------------------------------------------------------------
+    def _end_text(self, *, cut: bool) -> list[ResponseEvent]:
+        """The parser told the text ended (once a round): what it held back, the open call closed."""
+        unsent, self._unsent = self._unsent, []
+        if self._ended:
+            return unsent
+        self._ended = True
+        return unsent + self._round.take(self._parser.end(cut=cut))
 
-    def _parsed_calls(self, completed: bool) -> list[ParsedCall]:
-        """The calls from the first call tag on: of a completed output, all well formed or none (it was text);
-        of a cut one, those it got to (see parse_cut_calls: its call markup is never text)."""
-        if self._calls_from is None:
-            return []
-        kinds = {
-            name: "custom" if name in self._custom_tools else name if name in self._tool_types else "function"
-            for name in self._functions
-        }
-        calls_text = self._raw[self._calls_from :]
-        if not completed:
-            return parse_cut_calls(calls_text, kinds)
-        parsed = parse_calls(calls_text, kinds)
-        if parsed is None:  # not well-formed calls after all: it was text
-            self._calls_from = None
-            return []
-        return parsed
+    def _client_calls(self) -> tuple[list[ClientCall], list[ResponseEvent]]:
+        """The calls kept whole for the end (not streamed), as items: a cut MCP tool's is dropped (it was not
+        made); a client tool type's whose arguments its client could not run is said as text instead."""
+        parsed = [call for call in self._round.parsed if call.name not in self._mcp_tools]
+        runnable = [call for call in parsed if _runnable(call, self._tool_types)]
+        events: list[ResponseEvent] = []
+        for call in parsed:
+            if call not in runnable and call.markup:
+                events += self._round.take([TextDelta(call.markup, call.markup_at)])
+        items = call_items(runnable, self._functions, self._custom_tools, self._ids, self._tool_types)
+        return items, events
 
-    def _calls(self, completed: bool) -> list[ClientCall]:
-        parsed = self._parsed_calls(completed)
-        if not self._parallel_tool_calls:
-            parsed = parsed[:1]
-        # An MCP tool's call is never the client's (a cut one is dropped: it was not made).
-        client = [call for call in parsed if call.name not in self._mcp_tools]
-        return call_items(client, self._functions, self._custom_tools, self._ids, self._tool_types)
-
-    # The end -------------------------------------------------------------------------------------------
-
-    def _answer_part(self) -> OutputText:
-        text = self._raw[self._answer_from : self._sent]
-        logprobs = self._logprobs.for_part(text, self._answer_from) if self._logprobs else []
-        return OutputText(type="output_text", text=text, logprobs=logprobs)
-
-    def _close_message(self, status: str) -> list[ResponseEvent]:
-        assert self._message is not None
-        part = self._answer_part()
-        message = self._message.model_copy(
-            update={"content": [part], "status": "completed" if status == "completed" else "incomplete"}
-        )
-        self._message = message
-        logprobs = self._logprobs.for_event(part.text, self._answer_from) if self._logprobs else []
-        return item_done_events(message, self._message_index, self._next, logprobs=logprobs)
+    # The end -------------------------------------------------------------------------------------------------------
 
     def finish(self, finish: Finish, *, completed_at: int) -> list[ResponseEvent]:
         """Close the output items and the response; `self.response` is then the final Response to store."""
         status = FINAL_STATUS[finish.reason]
-        events: list[ResponseEvent] = []
-        if self._phase == "undecided":  # only whitespace, or the start of a tag that never came
-            self._phase = "answer"
-        if self._phase == "reasoning":  # cut off while reasoning
-            events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
+        events = self._end_text(cut=status != "completed")
+        round_items = self._round
+        if round_items.reasoning_open():  # cut off while reasoning
+            events += round_items.close("incomplete")
         events += close_open_calls(self._leading, self._next)
+        parsed, said = self._client_calls()
+        events += said
+        events += round_items.close("completed" if status == "completed" else "incomplete")
         # A round's client calls (see mcp_round) end the response, unless it was cancelled.
         kept = self.client_calls if status != "cancelled" else []
-        calls = [*kept, *self._calls(completed=status == "completed")]
-        if self._calls_from is None:
-            # A cut output may end in the start of a call tag: markup, not text.
-            cut_tag = held_back(self._raw) if self._functions and status != "completed" else 0
-            events += self._send_text(len(self._raw) - cut_tag)
-        if self._message is None and not calls and not self.rounds and not self._prefill_only:
-            events += self._open_message()
-        if self._message is not None:
-            events += self._close_message(status)
-        first_call = self._message_index + (1 if self._message is not None else 0)
+        calls = [*kept, *parsed]
+        has_output = round_items.has_message() or round_items.has_calls() or calls
+        if not has_output and not self.rounds and not self._prefill_only:
+            events += round_items.empty_message()
+            events += round_items.close("completed" if status == "completed" else "incomplete")
+        first_call = len(self._leading) + len(round_items.items)
         for offset, call in enumerate(calls):
             events += call_events(call, first_call + offset, self._next)
-        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
-        self.response.output = [*self._leading, *finished, *calls]
+        self.response.output = [*self._leading, *round_items.items, *calls]
         self.response.status = status  # type: ignore[assignment]
         self.response.usage = Usage(
             input_tokens=finish.prompt_tokens,
@@ -393,16 +273,11 @@ class ResponseAssembler:
     def fail(self, message: str, *, code: str = "server_error") -> list[ResponseEvent]:
         """The opened items closed as `incomplete` (so a stream's reader sees every item end), then the `error`
         event and `response.failed`, the output so far in its response."""
-        events: list[ResponseEvent] = []
-        if self._phase == "reasoning":
-            events += [*self._send_reasoning(len(self._raw)), *self._close_reasoning("incomplete")]
-        if self._message is not None and self._message.status == "in_progress":
-            events += self._close_message("incomplete")
+        events = self._round.close("incomplete")
         events += close_open_calls(self._leading, self._next)
-        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
-        self.response.output = [*self._leading, *finished]
+        self.response.output = [*self._leading, *self._round.items]
         events.append(ErrorEvent(sequence_number=self._next(), code=code, message=message))
         events.append(self._lifecycle("failed"))
         return events
@@ -421,35 +296,36 @@ class ResponseAssembler:
 
         A turn that called client tools (functions, custom tools) too keeps those in `client_calls`: the response
         makes its MCP calls, then ends with them (as function_call items after the mcp_calls) for the client."""
-        if not self._mcp_tools or self._phase == "reasoning":
+        if not self._mcp_tools or self._round.reasoning_open():
             return None
-        if self._phase == "undecided":
-            self._phase = "answer"
-        parsed = self._parsed_calls(completed=True)
-        if not self._parallel_tool_calls:
-            parsed = parsed[:1]
-        if not any(call.name in self._mcp_tools for call in parsed):
+        events = self._end_text(cut=False)
+        parsed = [call for call in self._round.parsed if call.complete]
+        if self._round.reasoning_open() or not any(call.name in self._mcp_tools for call in parsed):
+            self._unsent = events  # finish() sends them
             return None
         client = [call for call in parsed if call.name not in self._mcp_tools]
         parsed = [call for call in parsed if call.name in self._mcp_tools]
-        events: list[ResponseEvent] = []
-        if self._message is not None:
-            events += self._close_message("completed")
-        finished: list[Item] = [item for item in (self._reasoning, self._message) if item is not None]
-        self._leading += finished
+        events += self._round.close("completed")
+        self._leading += self._round.items
         wanted = [
             {"name": call.name, "arguments": call.arguments, "server_label": self._mcp_tools[call.name]}
             for call in parsed
         ]
         opening, calls = self.open_calls(wanted)
         events += opening
-        self.client_calls = call_items(client, self._functions, self._custom_tools, self._ids)
+        self.client_calls = call_items(
+            [call for call in client if _runnable(call, self._tool_types)],
+            self._functions,
+            self._custom_tools,
+            self._ids,
+        )
         text = self._raw
-        self._raw, self._phase = "", "undecided" if self._tags else "answer"
-        self._reasoning, self._message, self._calls_from = None, None, None
-        self._reasoning_from = self._reasoning_sent = self._answer_from = self._sent = 0
+        self._new_round()
         if self._logprobs is not None:
             self._logprobs = TokenLogprobs()
+            self._round = RoundItems(
+                len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
+            )
         return events, calls, text
 
     def open_calls(self, wanted: list[dict[str, str]]) -> tuple[list[ResponseEvent], list[StoredMcpCall]]:

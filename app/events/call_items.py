@@ -41,7 +41,7 @@ def tool_type_call(call: ParsedCall, ids: Callable[[str], str]) -> ToolTypeCall 
     apply_patch call a cut left without its operation (the others say `incomplete`)."""
     arguments: dict[str, Any] = {}
     if call.complete:
-        arguments = json.loads(call.arguments)  # held to CLIENT_TOOL_PARAMETERS by parse_calls
+        arguments = json.loads(call.arguments)  # held to CLIENT_TOOL_PARAMETERS by the assembler
     status = "completed" if call.complete else "incomplete"
     if call.name == "shell":
         action = ShellAction(commands=arguments.get("commands", []), timeout_ms=arguments.get("timeout_ms"))

@@ -39,6 +39,7 @@ import llama_cpp
 import numpy as np
 
 from app.config import Settings
+from app.generation.dialects.families import dialect_named
 from app.generation.job import FairOrder
 from app.generation.kv.pool import KvPool
 from app.generation.kv.prefix_cache import PrefixCache, StateFiles
@@ -129,6 +130,7 @@ class LlamaEngine:
         self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, 1)
         self._piece = (ctypes.c_char * _PIECE_BUFFER)()
         self._pieces: dict[int, bytes] = {}  # each token's bytes, made once: _token_bytes is on every token's path
+        self._dialect_tokens: dict[str, tuple[frozenset[int], frozenset[int]]] = {}
         self._cache = prefix_cache
         self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
         self._kv = KvSlots(self._ctx, slots, prefix_cache, self._reuse)
@@ -292,6 +294,7 @@ class LlamaEngine:
             reason: FinishReason = "cancelled" if request.cancelled.is_set() else "length"
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
+        request.end_tokens, request.markup_tokens = self._tokens_of(request.dialect)
         slot, reused = self._kv.take(request.cache_scope, prompt, read_cache=request.sampling.read_cache)
         resumed = request.sampling.resumed_output_tokens
         slot.sampler = self._sampler(request.sampling, prompt[len(prompt) - resumed :] if resumed else [])
@@ -419,14 +422,34 @@ class LlamaEngine:
             piece = self._pieces[token] = self._piece.raw[: max(length, 0)]
         return piece
 
+    def _tokens_of(self, name: str) -> tuple[frozenset[int], frozenset[int]]:
+        """A dialect's tokens in this vocabulary (those that are one token here): the ones that end the model's turn
+        beside its end-of-generation tokens, and the control tokens its syntax is written in."""
+        found = self._dialect_tokens.get(name)
+        if found is None:
+            dialect = dialect_named(name)
+            ends = frozenset(token for text in dialect.end_tokens if (token := self._single_token(text)) is not None)
+            markup = (token for text in dialect.markup_tokens if (token := self._single_token(text)) is not None)
+            found = self._dialect_tokens[name] = ends, frozenset(markup)
+        return found
+
+    def _single_token(self, text: str) -> int | None:
+        tokens = self.tokenize(text)
+        return tokens[0] if len(tokens) == 1 else None
+
+    def _markup_bytes(self, token: int) -> bytes:
+        """A control token's text (what _token_bytes leaves out of a control token): the dialect's markup."""
+        length = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, _PIECE_BUFFER, 0, True)
+        return self._piece.raw[: max(length, 0)]
+
     def _advance(self, slot: Slot, token: int, logits: np.ndarray | None = None) -> None:
         request, decoder = slot.request, slot.decoder
         assert request is not None and decoder is not None
-        if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+        if token in request.end_tokens or llama_cpp.llama_vocab_is_eog(self._vocab, token):
             self._finish(slot, "stop")
             return
         slot.produced += 1
-        token_bytes = self._token_bytes(token)
+        token_bytes = self._markup_bytes(token) if token in request.markup_tokens else self._token_bytes(token)
         piece = decoder.decode(token_bytes)
         if logits is not None and slot.top_logprobs is not None:
             # Sent even when the token only starts a multi-byte character (text ""), so every token is there.

@@ -49,6 +49,14 @@ class GenerationJob:
     tool_types: list[str] = field(default_factory=list)
     #: The model's (open, close) reasoning markers; its reasoning section becomes a reasoning item.
     reasoning_tags: tuple[str, str] | None = None
+    #: The model family whose syntax its output is read in (app/generation/dialects; a job queued before jobs
+    #: named it: our convention's).
+    dialect: str = "hermes"
+    #: The prompt ended by opening the reasoning section (the template's generation prompt did): the output
+    #: starts inside it.
+    reasoning_open: bool = False
+    #: Each offered function's top-level parameters' JSON types, for syntaxes that write arguments as text.
+    parameter_types: dict[str, dict[str, str]] = field(default_factory=dict)
     #: include: ["reasoning.encrypted_content"]: hand the reasoning back for a stateless client to resend.
     encrypted_reasoning: bool = False
     #: parallel_tool_calls: false keeps only the first of several calls the model writes.

@@ -65,6 +65,7 @@ class LocalRun:
             emit=lambda output: mailbox.post(self, output),
             cache_scope=job.tenant,
             job_class=job.job_class,
+            dialect=job.dialect,
         )
         engine.submit(self._request)
 

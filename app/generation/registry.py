@@ -29,6 +29,10 @@ class ModelSpec:
     chat_template: str | None = None
     #: 'open,close' or 'none' (see RESPONSES_REASONING_TAGS); None: detected from the template.
     reasoning_tags: str | None = None
+    #: The family whose syntax its calls are read and forced in (app/generation/dialects); None: detected.
+    tool_format: str | None = None
+    #: Its reasoning markers: "auto" (its family's), "none", "think", or a family's name; None: "auto".
+    reasoning_format: str | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_output_tokens: int | None = None

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import ModelNotFoundError, Settings
+from app.generation.dialects.detection import UnknownFormat, check_formats
 from app.generation.registry import OWNED_BY, ModelConfigError, ModelRegistry, ModelSpec
 
 #: Ids travel in URLs, Redis keys and queue names: no spaces, and none of the lists' separators (',' '=').
@@ -28,6 +29,8 @@ class _FileModel(BaseModel):
     n_ctx: int | None = Field(None, ge=0)
     chat_template: str | None = None
     reasoning_tags: str | None = None
+    tool_format: str | None = None
+    reasoning_format: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_output_tokens: int | None = Field(None, ge=16)
@@ -62,6 +65,10 @@ def _spec(settings: Settings, model_id: str, path: Path, where: str, **declared:
     """A model with the deployment-wide settings where its declaration gives none."""
     path = _check_file(path, where)
     values = {key: value for key, value in declared.items() if value is not None}
+    try:
+        check_formats(values.get("tool_format"), values.get("reasoning_format"))
+    except UnknownFormat as error:
+        raise ModelConfigError(f"{where}: {error}") from None
     return ModelSpec(
         id=_check_id(model_id, where),
         path=path,

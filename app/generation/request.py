@@ -21,3 +21,8 @@ class GenerationRequest:
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Its job's priority class: waiting requests start by class, then by scope (tenant) in turn.
     job_class: JobClass = "interactive"
+    #: The model family whose syntax it writes (app/generation/dialects): which tokens end it, which are markup.
+    dialect: str = "hermes"
+    #: Set by the engine as it starts: the dialect's tokens that end the turn, and those written as text.
+    end_tokens: frozenset[int] = frozenset()
+    markup_tokens: frozenset[int] = frozenset()

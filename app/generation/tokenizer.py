@@ -14,6 +14,7 @@ import llama_cpp
 
 from app.generation.chat.control_tokens import ControlTexts, Vocabulary, tokenize_shielded
 from app.generation.chat.template import ChatTemplate
+from app.generation.dialects.detection import detect_syntax
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelSpec
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
@@ -57,6 +58,9 @@ class ChatTokenizer:
         reasoning_tags: str | None = None,
         chat_template: str | None = None,
         kv_pool_tokens: int = 0,
+        tool_format: str | None = None,
+        reasoning_format: str | None = None,
+        model: str = "",
     ) -> None:
         self._vocab = llama_cpp.Llama(model_path=str(model_path), vocab_only=True, verbose=False)
         metadata = self._vocab.metadata
@@ -64,7 +68,6 @@ class ChatTokenizer:
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
         self.n_ctx = min(n_ctx or trained, kv_pool_tokens) if kv_pool_tokens else n_ctx or trained
         source = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
-        self.reasoning_tags = parse_reasoning_tags(reasoning_tags, source)
         vocab = self._vocab._model.vocab
         self._vocab_handle = vocab
         self._bos = llama_cpp.llama_vocab_bos(vocab)
@@ -79,6 +82,14 @@ class ChatTokenizer:
         self.supports_tools = self.template.caps.supports_tools
         #: The template renders calls and their results itself (else our convention writes them as text).
         self.structured = self.template.caps.supports_tool_calls
+        # The family its output is read in, from the template's call markers (else its special tokens).
+        syntax = detect_syntax(
+            source, self._single_token, tool_format=tool_format, reasoning_format=reasoning_format, model=model
+        )
+        self.dialect = syntax.dialect.name
+        self.reasoning_tags = (
+            parse_reasoning_tags(reasoning_tags, source) if reasoning_tags is not None else syntax.reasoning
+        )
         tokens = range(llama_cpp.llama_vocab_n_tokens(vocab))
         self._attrs = [llama_cpp.llama_vocab_get_attr(vocab, token) for token in tokens]
         self.control_texts = ControlTexts(
@@ -103,6 +114,9 @@ class ChatTokenizer:
             reasoning_tags=spec.reasoning_tags,
             chat_template=spec.chat_template,
             kv_pool_tokens=spec.kv_pool_tokens,
+            tool_format=spec.tool_format,
+            reasoning_format=spec.reasoning_format,
+            model=spec.id,
         )
 
     def _token_text(self, token: int) -> str:
@@ -134,6 +148,15 @@ class ChatTokenizer:
         tools, in_tools = self.control_texts.shield(options.pop("tools", None) or [])
         text = self.template.render(messages_shielded, tools=tools, variables=options, add_generation_prompt=opening)
         return text, in_messages or in_tools
+
+    def _single_token(self, text: str) -> bool:
+        """Whether `text` is one special token of this vocabulary."""
+        return len(self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True)) == 1 and len(text) > 1
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        """Whether the prompt's last tokens end in `opening` (whitespace after it aside)."""
+        tail = self._vocab.detokenize(list(prompt[-16:]), special=True).decode("utf-8", errors="replace")
+        return tail.rstrip().endswith(opening)
 
     def render(self, messages: Sequence[ChatMessage], template_options: Mapping[str, Any] | None = None) -> list[int]:
         """TemplateRenderError when the template refuses the conversation."""

@@ -1,27 +1,20 @@
-"""Our tool-calling convention for models whose chat template has none: how tools, calls and results are
-written into the prompt, and how calls are read back out of the model's text.
+"""Tools as the model sees them (FunctionSpec), and our tool-calling convention for models whose chat template has
+none: how tools, calls and results are written into the prompt.
 
 A template that renders tools itself gets them as its `tools` variable instead of our system-prompt section.
-NOTE: calls are read, and earlier calls and results written, in the Hermes/Qwen form (`<tool_call>` and
-`<tool_response>` tags) for every model: the form of the common tool-capable templates, not yet of all.
+Calls are read back out of the model's text in its family's own syntax (app/generation/dialects); ours is the
+Hermes/Qwen form (`<tool_call>` and `<tool_response>` tags), the form of the common tool-capable templates.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator
-
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
-_DECODER = json.JSONDecoder()
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
-#: The longest escape a cut can split (`\uXXXX`).
-_LONGEST_ESCAPE = 6
 
 
 #: What a tool is to the model: a function (JSON arguments), a custom tool (free text), or one of the API's
@@ -95,6 +88,9 @@ class ParsedCall:
     arguments: str  # function tools: a JSON object, as text; custom tools: the free-text input
     #: False for a call cut off (the token limit, a cancel) in its arguments: `arguments` is what came before.
     complete: bool = True
+    #: The call as the model wrote it, and where in its text: said as text where the call cannot be made.
+    markup: str = ""
+    markup_at: int = 0
 
 
 def tools_prompt(functions: Sequence[FunctionSpec]) -> str:
@@ -149,145 +145,19 @@ def render_call_output(output: str) -> str:
     return f"<tool_response>\n{output}\n</tool_response>"
 
 
-def held_back(text: str, tag: str = CALL_OPEN) -> int:
-    """How many trailing characters of `text` could be the start of `tag`, and must wait to be sure."""
-    for length in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-length:]):
-            return length
-    return 0
-
-
-def _read_call(call: Any, known: Mapping[str, str]) -> ParsedCall | None:
-    """The call a decoded call object stands for; None when it is not a call of a known tool."""
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or call["name"] not in known:
-        return None
-    if known[call["name"]] == "custom":
-        text_input = call.get("input", call.get("arguments"))
-        return ParsedCall(call["name"], text_input) if isinstance(text_input, str) else None
-    arguments = call.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(arguments, dict):
-        return None
-    fixed = CLIENT_TOOL_PARAMETERS.get(known[call["name"]])
-    if fixed is not None and not Draft202012Validator(fixed).is_valid(arguments):
-        return None  # not a call the client could run: kept as text
-    return ParsedCall(call["name"], json.dumps(arguments, ensure_ascii=False))
-
-
-def parse_calls(text: str, known: Mapping[str, str]) -> list[ParsedCall] | None:
-    """The calls in `text` (which starts at the first call tag); None when it is not well-formed calls of
-    known tools (name -> "function" | "custom"), in which case the caller keeps it as plain text."""
-    calls: list[ParsedCall] = []
-    rest = text.strip()
-    while rest:
-        if not rest.startswith(CALL_OPEN):
-            return None
-        body, closed, rest = rest[len(CALL_OPEN) :].partition(CALL_CLOSE)
-        rest = rest.strip()
-        try:
-            call = _read_call(json.loads(body), known)
-        except json.JSONDecodeError:
-            return None
-        if call is None or (not closed and rest):
-            return None
-        calls.append(call)
-    return calls or None
-
-
-def _skip_space(text: str, index: int) -> int:
-    match = _JSON_SPACE.match(text, index)
-    assert match is not None, "the pattern matches the empty string"
-    return match.end()
-
-
-def _members_before_cut(body: str) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    """The members of the JSON object that `body` opens and a cut ended: those read whole, and the key and the
-    text so far of the member the cut fell in the value of (None when it fell elsewhere)."""
-    members: dict[str, Any] = {}
-    index = _skip_space(body, 0)
-    if not body.startswith("{", index):
-        return members, None
-    index += 1
-    while True:
-        try:
-            key, index = _DECODER.raw_decode(body, _skip_space(body, index))
-        except json.JSONDecodeError:
-            return members, None
-        index = _skip_space(body, index)
-        if not isinstance(key, str) or not body.startswith(":", index):
-            return members, None
-        index = _skip_space(body, index + 1)
-        try:
-            members[key], index = _DECODER.raw_decode(body, index)
-        except json.JSONDecodeError:
-            return members, (key, body[index:])
-        index = _skip_space(body, index)
-        if not body.startswith(",", index):
-            return members, None
-        index += 1
-
-
-def _string_so_far(text: str) -> str:
-    """What a JSON string cut off after `text` (its opening quote on) says, less an escape the cut split."""
-    for end in range(len(text), max(len(text) - _LONGEST_ESCAPE, 0), -1):
-        try:
-            value: str = json.loads(text[:end] + '"')
-        except json.JSONDecodeError:
+def parameter_types(functions: Sequence[FunctionSpec]) -> dict[str, dict[str, str]]:
+    """Each function's top-level parameters' declared JSON types (a custom tool's one `input`, a string): how a
+    syntax that writes arguments as text (XML parameters) reads each value."""
+    types: dict[str, dict[str, str]] = {}
+    for function in functions:
+        if function.kind == "custom":
+            types[function.name] = {"input": "string"}
             continue
-        # Half of a surrogate pair is no text of its own.
-        return value[:-1] if value and "\ud800" <= value[-1] <= "\udbff" else value
-    return ""
-
-
-def _cut_call(body: str, known: Mapping[str, str]) -> ParsedCall | None:
-    """The call that `body` (after its call tag) began before a cut: whole when its arguments are (only its
-    closing was cut), else with the arguments so far; None before its name was read whole."""
-    try:
-        whole, _ = _DECODER.raw_decode(body, _skip_space(body, 0))
-    except json.JSONDecodeError:
-        whole = None
-    if whole is not None:  # the call object ended: only the closing tag was cut
-        return _read_call(whole, known)
-    members, cut_member = _members_before_cut(body)
-    name = members.get("name")
-    if not isinstance(name, str) or name not in known:
-        return None
-    payload_keys = ("input", "arguments") if known[name] == "custom" else ("arguments",)
-    for key in payload_keys:
-        if key in members:
-            return _read_call({"name": name, key: members[key]}, known)
-    if cut_member is None or cut_member[0] not in payload_keys:
-        return ParsedCall(name, "", complete=False)
-    so_far = cut_member[1]
-    if known[name] == "custom" or so_far.startswith('"'):  # free text, or arguments written as a JSON string
-        so_far = _string_so_far(so_far)
-    return ParsedCall(name, so_far, complete=False)
-
-
-def parse_cut_calls(text: str, known: Mapping[str, str]) -> list[ParsedCall]:
-    """The calls in `text` (which starts at the first call tag) that a cut ended (the token limit, a cancel):
-    each whole call, then the one the cut fell in, once its name was read (see _cut_call).
-
-    NOTE: what cannot be read as a call of a known tool is left out, where parse_calls would keep it as text:
-    the client never sees our call markup, and a cut call is not one the model chose to write as text.
-    """
-    calls: list[ParsedCall] = []
-    rest = text.lstrip()
-    while rest.startswith(CALL_OPEN):
-        body, closed, rest = rest[len(CALL_OPEN) :].partition(CALL_CLOSE)
-        rest = rest.lstrip()
-        if not closed:
-            cut = _cut_call(body, known)
-            return [*calls, cut] if cut is not None else calls
-        try:
-            call = _read_call(json.loads(body), known)
-        except json.JSONDecodeError:
-            call = None
-        if call is None:
-            break
-        calls.append(call)
-    return calls
+        properties = function.parameters.get("properties")
+        if isinstance(properties, dict):
+            types[function.name] = {
+                key: schema["type"]
+                for key, schema in properties.items()
+                if isinstance(schema, dict) and isinstance(schema.get("type"), str)
+            }
+    return types

@@ -84,6 +84,8 @@ class PromptRenderer(Protocol):
     #: The chat template renders calls (`tool_calls`) and results (`tool` messages) itself: the conversation is
     #: given to it as structured messages (else as our convention's text, app/generation/tool_calls.py).
     structured: bool
+    #: The model family whose syntax its output is read in (app/generation/dialects).
+    dialect: str
 
     @property
     def generation_prompt_tokens(self) -> tuple[int, ...]:
@@ -98,6 +100,12 @@ class PromptRenderer(Protocol):
         truncate: bool,
         template_options: Mapping[str, Any] | None = None,
     ) -> list[int]: ...
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        """Whether `prompt` ends by opening the reasoning section (`opening`, its marker): the template's
+        generation prompt did (DeepSeek R1, Qwen3.5, GLM-4.7 thinking), so the output starts inside it."""
+        ...
+
 
     def grammar_builds(self, grammar: str) -> bool:
         """Whether llama.cpp builds `grammar` (checked where the request arrives, so that one it cannot build is a

@@ -99,6 +99,9 @@ def job_assembler(job: GenerationJob, ids: IdLog) -> ResponseAssembler:
         mcp_approvals=set(job.mcp.get("approvals", [])) if job.mcp else None,
         prefill_only=job.sampling.prefill_only,
         compaction_trigger=job.compaction_trigger,
+        dialect=job.dialect,
+        reasoning_open=job.reasoning_open,
+        parameter_types=job.parameter_types,
     )
 
 

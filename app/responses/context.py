@@ -233,6 +233,7 @@ async def gather_context(
         request.tools,
         None if waits else request.tool_choice,
         strict=runtime.settings.strict_tools,
+        dialect=renderer.dialect,
     )
     items = normalize_input(request.input, trigger=True)
     # The trigger is no item of the context: the compaction item it leads to is what a response keeps of it.
@@ -263,6 +264,7 @@ async def gather_context(
             [*(request.tools or []), *found],
             request.tool_choice,
             strict=runtime.settings.strict_tools,
+            dialect=renderer.dialect,
             mcp=offered,
         )
     where = "conversation" if history.conversation is not None else "previous_response_id"

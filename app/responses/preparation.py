@@ -16,7 +16,7 @@ from app.generation.grammars import InvalidSchema, text_format_grammar
 from app.generation.job import GenerationJob, JobClass
 from app.generation.kv.reuse import KvReuse
 from app.generation.prompt import PromptContext
-from app.generation.tool_calls import CLIENT_TOOL_KINDS
+from app.generation.tool_calls import CLIENT_TOOL_KINDS, parameter_types
 from app.generation.types import PromptRenderer, SamplingParams
 from app.idempotency.claims import Claim
 from app.ids import new_id
@@ -280,6 +280,10 @@ async def prepare_response(
         custom_tools=[function.name for function in tools.functions if function.kind == "custom"],
         tool_types=[function.name for function in tools.functions if function.kind in CLIENT_TOOL_KINDS],
         reasoning_tags=context.reasoning_tags,
+        dialect=context.renderer.dialect,
+        reasoning_open=context.reasoning_tags is not None
+        and context.renderer.opens_reasoning(rendered.prompt, context.reasoning_tags[0]),
+        parameter_types=parameter_types(tools.functions),
         encrypted_reasoning=ENCRYPTED_REASONING_INCLUDE in (request.include or []),
         parallel_tool_calls=params.parallel_tool_calls,
         affinity_key=context.affinity_key or response.id,

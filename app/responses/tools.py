@@ -11,7 +11,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from app.errors import InvalidRequest, validation_error
-from app.generation.grammars import InvalidSchema, function_grammar, tool_call_grammar
+from app.generation.dialects.families import CONVENTION, dialect_named
+from app.generation.grammars import InvalidSchema, function_grammar
 from app.generation.tool_calls import (
     CLIENT_TOOL_DESCRIPTIONS,
     CLIENT_TOOL_PARAMETERS,
@@ -217,8 +218,10 @@ def resolve_tools(
     *,
     strict: bool,
     mcp: Sequence[tuple[str, FunctionSpec]] = (),
+    dialect: str = CONVENTION.name,
 ) -> ToolSetup:
-    """`mcp`: the MCP servers' tools offered, as (server_label, function)."""
+    """`mcp`: the MCP servers' tools offered, as (server_label, function); `dialect`: the model family whose
+    syntax a forced call is written in (app/generation/dialects)."""
     functions, ignored, schema_params = _functions_of(tools or [], strict=strict, mcp=mcp)
     mcp_tools = {function.name: label for label, function in mcp}
     choice = tool_choice or "auto"
@@ -231,7 +234,7 @@ def resolve_tools(
             raise InvalidRequest(
                 "tool_choice 'required' needs at least one function tool.", param="tool_choice", code="invalid_value"
             )
-        return ToolSetup(functions, ignored, _forced(functions, schema_params), mcp_tools)
+        return ToolSetup(functions, ignored, _forced(functions, schema_params, dialect), mcp_tools)
     if isinstance(choice, dict) and choice.get("type") in ("shell", "apply_patch"):
         chosen = [function for function in functions if function.kind == choice["type"]]
         if not chosen:
@@ -240,9 +243,9 @@ def resolve_tools(
                 param="tool_choice.type",
                 code="invalid_value",
             )
-        return ToolSetup(functions, ignored, _forced(chosen, schema_params), mcp_tools)
+        return ToolSetup(functions, ignored, _forced(chosen, schema_params, dialect), mcp_tools)
     if isinstance(choice, dict) and choice.get("type") == "mcp":
-        return ToolSetup(functions, ignored, _forced(_mcp_chosen(choice, mcp), schema_params), mcp_tools)
+        return ToolSetup(functions, ignored, _forced(_mcp_chosen(choice, mcp), schema_params, dialect), mcp_tools)
     if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
         kind = choice.get("type") if isinstance(choice, dict) else choice
         raise InvalidRequest(
@@ -261,7 +264,7 @@ def resolve_tools(
             param="tool_choice.name",
             code="invalid_value",
         )
-    return ToolSetup(functions, ignored, _forced(chosen, schema_params), mcp_tools)
+    return ToolSetup(functions, ignored, _forced(chosen, schema_params, dialect), mcp_tools)
 
 
 def _mcp_chosen(choice: dict[str, Any], mcp: Sequence[tuple[str, FunctionSpec]]) -> list[FunctionSpec]:
@@ -286,8 +289,9 @@ def _mcp_chosen(choice: dict[str, Any], mcp: Sequence[tuple[str, FunctionSpec]])
     return chosen
 
 
-def _forced(functions: list[FunctionSpec], schema_params: dict[str, str]) -> str:
-    """The grammar forcing one call of `functions`: each checked alone first, so that a 400 names its tool."""
+def _forced(functions: list[FunctionSpec], schema_params: dict[str, str], dialect: str) -> str:
+    """The grammar forcing one call of `functions`, in `dialect`'s syntax: each checked alone first, so that a
+    400 names its tool."""
     for function in functions:
         try:
             function_grammar(function)
@@ -298,6 +302,6 @@ def _forced(functions: list[FunctionSpec], schema_params: dict[str, str]) -> str
                 code="invalid_function_parameters",
             ) from None
     try:
-        return tool_call_grammar(functions)
+        return dialect_named(dialect).grammar(functions)
     except InvalidSchema as error:
         raise InvalidRequest(str(error), param="tools", code="invalid_function_parameters") from None

@@ -382,6 +382,9 @@ class MessageItem(BaseModel):
     role: Role
     content: list[InputText | OutputText | Refusal]
     status: ItemStatus = "completed"
+    #: An assistant message's phase (the SDK's ResponseOutputMessage.phase): set only by models whose output
+    #: separates commentary before a call from the final answer (gpt-oss's harmony channels); absent otherwise.
+    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @property
     def text(self) -> str:

@@ -46,6 +46,10 @@ class FakeRenderer:
         self.reasoning_tags: tuple[str, str] | None = None
         self.supports_tools = False
         self.structured = False
+        #: The model family its output is read in (app/generation/dialects).
+        self.dialect = "hermes"
+        #: What opens_reasoning answers (True: as a template whose generation prompt opens the reasoning).
+        self.reasoning_opened = False
         self.rendered: list[list[ChatMessage]] = []
         #: Each prompt it made, and the messages it made it of (what `read` gives back).
         self.prompts: dict[tuple[int, ...], list[ChatMessage]] = {}
@@ -59,6 +63,9 @@ class FakeRenderer:
     @property
     def generation_prompt_tokens(self) -> tuple[int, ...]:
         return tuple(len(word) for word in self.generation_prompt.split())
+
+    def opens_reasoning(self, prompt: Sequence[int], opening: str) -> bool:
+        return self.reasoning_opened
 
     def grammar_builds(self, grammar: str) -> bool:
         self.grammars.append(grammar)

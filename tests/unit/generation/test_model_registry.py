@@ -169,3 +169,19 @@ def test_a_yaml_models_file_reads_as_the_toml_one(tmp_path: Path) -> None:
     (tmp_path / "models.yaml").write_text("models: [")
     with pytest.raises(ModelConfigError, match="does not parse"):
         load_registry(settings_of(tmp_path, models_file=tmp_path / "models.yaml"))
+
+
+def test_a_models_file_names_a_model_s_family_and_its_reasoning(tmp_path: Path) -> None:
+    models_file = tmp_path / "models.toml"
+    path = gguf(tmp_path, "a.gguf")
+    models_file.write_text(
+        f'[[models]]\nid = "oss"\npath = "{path}"\ntool_format = "harmony"\nreasoning_format = "none"\n'
+    )
+    (spec,) = load_registry(settings_of(tmp_path, models_file=models_file))
+    assert (spec.tool_format, spec.reasoning_format) == ("harmony", "none")
+    models_file.write_text(f'[[models]]\nid = "oss"\npath = "{path}"\ntool_format = "openai"\n')
+    with pytest.raises(ModelConfigError, match=r"model 'oss': tool_format 'openai' is none of: .*harmony"):
+        load_registry(settings_of(tmp_path, models_file=models_file))
+    models_file.write_text(f'[[models]]\nid = "oss"\npath = "{path}"\nreasoning_format = "deep"\n')
+    with pytest.raises(ModelConfigError, match="reasoning_format 'deep'"):
+        load_registry(settings_of(tmp_path, models_file=models_file))

@@ -44,8 +44,10 @@ async def test_function_calls_stream_as_the_sdk_expects(client: httpx.AsyncClien
     final = assert_well_formed_stream(events)
     kinds = [event["type"] for event in events]
     assert "response.output_text.delta" not in kinds, "the call tag leaked out as text"
-    assert kinds[2:6] == [
+    # The arguments stream as the model writes them: a delta for each piece of them (two words here).
+    assert kinds[2:7] == [
         "response.output_item.added",
+        "response.function_call_arguments.delta",
         "response.function_call_arguments.delta",
         "response.function_call_arguments.done",
         "response.output_item.done",
