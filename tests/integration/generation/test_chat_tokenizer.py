@@ -9,7 +9,7 @@ from app.config import Settings
 from app.generation.prompt import ChatMessage, ToolCall
 from app.generation.tokenizer import ChatTokenizer
 from app.generation.types import ContextTooLong
-from app.testing.llama_server import llama_cpp_source
+from app.testing.llama_cpp.server import llama_cpp_source
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.config import Settings
 from app.testing.databases import sqlite_url
-from app.testing.llama_cpp_cases import template
+from app.testing.llama_cpp.cases import template
 from app.testing.servers import SdkClients, ServerProcess
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 from app.config import Settings
 from app.generation.chat.template import short_call_id
 from app.testing.databases import sqlite_url
-from app.testing.llama_server import llama_cpp_source, llama_server, llama_server_binary
+from app.testing.llama_cpp.server import llama_cpp_source, llama_server, llama_server_binary
 from app.testing.servers import SdkClients, ServerProcess
 
 pytestmark = pytest.mark.integration

