@@ -23,6 +23,11 @@ REMEMBERED_CHANGES = 4096
 NEVER = float("-inf")
 
 Key = tuple[str, str, frozenset[str]]
+#: Where a tenant's list pages are kept: a key (tenant, PAGES, {the page's query}); no response id starts with "?".
+#: Any change of one of the tenant's responses drops them all (one created may now head a page).
+PAGES = "?pages"
+#: A page's JSON has no version of its own: it is answered fresh or not at all.
+NO_VERSION = datetime.min
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +69,9 @@ class ResponseJsonCache:
         self._bytes = 0
         #: The `include` sets each (tenant, response id) is kept under: a notification drops them all.
         self._includes: dict[tuple[str, str], set[frozenset[str]]] = {}
-        #: Notifications so far, and the last REMEMBERED_CHANGES of them as (their number, response id).
+        #: Notifications so far, and the last REMEMBERED_CHANGES of them as (their number, tenant, response id).
         self._changes = 0
-        self._recent: deque[tuple[int, str]] = deque(maxlen=REMEMBERED_CHANGES)
+        self._recent: deque[tuple[int, str, str]] = deque(maxlen=REMEMBERED_CHANGES)
         #: Since when every change has been notified (the listener's LISTEN took effect); None: not listening.
         self._listening_since: float | None = None
 
@@ -119,7 +124,7 @@ class ResponseJsonCache:
             return
         self.discard(tenant, response_id, includes)
         key = (tenant, response_id, includes)
-        self._entries[key] = _Entry(json, self._checked_at(response_id, ticket))
+        self._entries[key] = _Entry(json, self._checked_at(tenant, response_id, ticket))
         self._includes.setdefault((tenant, response_id), set()).add(includes)
         self._bytes += len(json.body)
         while self._bytes > self.max_bytes:
@@ -131,7 +136,7 @@ class ResponseJsonCache:
         """The database said, in a read begun under `ticket`, that the entry's version is current."""
         entry = self._entries.get((tenant, response_id, includes))
         if entry is not None:
-            entry.checked_at = max(entry.checked_at, self._checked_at(response_id, ticket))
+            entry.checked_at = max(entry.checked_at, self._checked_at(tenant, response_id, ticket))
 
     def discard(self, tenant: str, response_id: str, includes: frozenset[str]) -> None:
         entry = self._entries.pop((tenant, response_id, includes), None)
@@ -143,9 +148,21 @@ class ResponseJsonCache:
         """A notification: the stored row changed (or went). Its entries go, and a read of it that began before
         now keeps what it read only as an entry to check."""
         self._changes += 1
-        self._recent.append((self._changes, response_id))
-        for includes in list(self._includes.get((tenant, response_id), ())):
-            self.discard(tenant, response_id, includes)
+        self._recent.append((self._changes, tenant, response_id))
+        for kept in (response_id, PAGES):
+            for includes in list(self._includes.get((tenant, kept), ())):
+                self.discard(tenant, kept, includes)
+
+    def fresh_page(self, tenant: str, query: str) -> bytes | None:
+        """A list page of `tenant`'s (`query`: its filters and cursor), when it may be answered as it is: read
+        while notifications arrive, less than `staleness_s` ago, and none of the tenant's responses changed since."""
+        page = self.fresh(tenant, PAGES, frozenset((query,)))
+        return None if page is None else page.body
+
+    def put_page(self, tenant: str, query: str, body: bytes, ticket: ReadTicket) -> None:
+        """Keep a list page read under `ticket`, if it can be answered fresh (nothing to check it against)."""
+        if self._listening_since is not None and self._checked_at(tenant, PAGES, ticket) >= self._listening_since:
+            self.put(tenant, PAGES, frozenset((query,)), CachedJson(NO_VERSION, body), ticket)
 
     def start_listening(self) -> None:
         """Every change from now on is notified: entries checked before now are checked again before they are
@@ -156,19 +173,19 @@ class ResponseJsonCache:
         """Notifications may be missed from now on: every hit is checked against the database."""
         self._listening_since = None
 
-    def _checked_at(self, response_id: str, ticket: ReadTicket | None) -> float:
-        """When a read under `ticket` knew its row current: the ticket's time, unless a notification for that row
-        arrived since (or too many arrived to tell)."""
+    def _checked_at(self, tenant: str, response_id: str, ticket: ReadTicket | None) -> float:
+        """When a read under `ticket` knew its row (or the tenant's pages: PAGES) current: the ticket's time, unless
+        a notification for that row (for pages: any of the tenant's) arrived since, or too many arrived to tell."""
         if ticket is None:
             return NEVER
         if ticket.changes == self._changes:
             return ticket.at
         if not self._recent or self._recent[0][0] > ticket.changes + 1:
             return NEVER  # notifications newer than the ticket were forgotten: any of them may be this row's
-        for number, changed_id in reversed(self._recent):
+        for number, changed_tenant, changed_id in reversed(self._recent):
             if number <= ticket.changes:
                 break
-            if changed_id == response_id:
+            if changed_id == response_id or (response_id == PAGES and changed_tenant == tenant):
                 return NEVER
         return ticket.at
 

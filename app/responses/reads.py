@@ -138,7 +138,13 @@ async def list_responses_json(
 ) -> bytes:
     """list_responses as the JSON ResponseList dumps to. The page is read as each row's id, updated_at and status
     first; a finished response whose JSON is cached from that very updated_at is answered from `cache`, and only
-    the others' rows are read in full (a second query, none when every row was cached)."""
+    the others' rows are read in full (a second query, none when every row was cached). The page itself is kept
+    while notifications arrive, and answered with no query until one of the tenant's responses changes (or the
+    cache's staleness bound passes)."""
+    query = repr((filters, page))
+    fresh = cache.fresh_page(tenant, query)
+    if fresh is not None:
+        return fresh
     ticket = cache.ticket()
     async with database.read() as session:
         versions, has_more = await page_after(
@@ -161,7 +167,7 @@ async def list_responses_json(
     # A row deleted between the two reads is left out, as it would be from a page read a moment later.
     ids = [version.id for version in versions if version.id in answers]
     ends = {"first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None, "has_more": has_more}
-    return b"".join(
+    body = b"".join(
         (
             b'{"object":"list","data":[',
             b",".join(answers[response_id] for response_id in ids),
@@ -169,6 +175,8 @@ async def list_responses_json(
             json.dumps(ends, separators=(",", ":"), ensure_ascii=False)[1:].encode(),
         )
     )
+    cache.put_page(tenant, query, body, ticket)
+    return body
 
 
 async def list_input_items(

@@ -33,6 +33,7 @@ NONE: frozenset[str] = frozenset()
 #: How long a test waits for a notification or a reconnection before it fails: a guard against a hang, not a
 #: figure (they take milliseconds).
 WAIT_S = 10.0
+MARKER_TENANT = "marker-tenant"
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +67,13 @@ async def until(condition: Callable[[], bool]) -> None:
 
 async def settled(runtime: Runtime) -> None:
     """Once every notification of what was committed so far has reached the node: they arrive in commit order, so
-    a marker's, committed now, comes last (it drops a marker entry kept for it)."""
+    a marker's, committed now, comes last (it drops a marker entry kept for it, of a tenant of its own)."""
     marker = f"marker_{uuid.uuid4().hex}"
-    runtime.read_cache.put(OPEN_TENANT, marker, NONE, CachedJson(utc_now(), b"{}"))
+    runtime.read_cache.put(MARKER_TENANT, marker, NONE, CachedJson(utc_now(), b"{}"))
     async with runtime.database.transaction() as session:
         notify = text("SELECT pg_notify(:channel, :payload)")
-        await session.execute(notify, {"channel": CHANNEL, "payload": f"{marker} {OPEN_TENANT}"})
-    await until(lambda: runtime.read_cache.get(OPEN_TENANT, marker, NONE) is None)
+        await session.execute(notify, {"channel": CHANNEL, "payload": f"{marker} {MARKER_TENANT}"})
+    await until(lambda: runtime.read_cache.get(MARKER_TENANT, marker, NONE) is None)
 
 
 async def created(client: httpx.AsyncClient) -> str:
@@ -91,14 +92,17 @@ class Statements:
     def _record(self, _connection: object, _cursor: object, statement: str, *_: object) -> None:
         self.seen.append(statement)
 
-    async def during_get(self, client: httpx.AsyncClient, response_id: str) -> tuple[httpx.Response, int]:
+    async def during(self, client: httpx.AsyncClient, path: str) -> tuple[httpx.Response, int]:
         self.seen.clear()
         event.listen(self.engine, "before_cursor_execute", self._record)
         try:
-            reply = await client.get(f"/v1/responses/{response_id}")
+            reply = await client.get(path)
         finally:
             event.remove(self.engine, "before_cursor_execute", self._record)
         return reply, len(self.seen)
+
+    async def during_get(self, client: httpx.AsyncClient, response_id: str) -> tuple[httpx.Response, int]:
+        return await self.during(client, f"/v1/responses/{response_id}")
 
 
 async def test_a_cached_get_asks_nothing_and_a_change_through_another_node_drops_it(postgres_url: str) -> None:
@@ -174,3 +178,18 @@ def test_the_migration_adds_the_trigger_and_takes_it_away() -> None:
         assert triggers(url) == []
         command.upgrade(config, "head")
         assert triggers(url) == ["responses_notify_change"]
+
+
+async def test_a_list_page_is_answered_whole_until_another_node_changes_its_tenants_responses(
+    postgres_url: str,
+) -> None:
+    async with api_node(postgres_url) as (a, runtime_a, _), api_node(postgres_url) as (b, _, _):
+        await created(a)
+        await settled(runtime_a)
+        first = await a.get("/v1/responses?limit=100")
+        again, statements = await Statements(runtime_a).during(a, "/v1/responses?limit=100")
+        assert (again.content, statements) == (first.content, 0)
+        newest = await created(b)
+        await settled(runtime_a)  # the insert's notification has come: the page is read again
+        listed = (await a.get("/v1/responses?limit=100")).json()["data"]
+        assert listed[0]["id"] == newest

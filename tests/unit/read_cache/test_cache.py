@@ -152,3 +152,33 @@ def test_entries_checked_before_the_listener_started_or_while_it_was_down_are_ch
     assert cache.fresh("t", "a", NONE) is None and cache.fresh("t", "b", NONE) is None
     cache.confirm("t", "a", NONE, cache.ticket())
     assert cache.fresh("t", "a", NONE) is not None
+
+
+def test_a_list_page_is_kept_until_any_response_of_its_tenant_changes() -> None:
+    clock = Clock()
+    cache = listening_cache(clock)
+    clock.now += 0.1
+    cache.put_page("t", "first page", b"[1]", cache.ticket())
+    cache.put_page("u", "first page", b"[2]", cache.ticket())
+    assert (cache.fresh_page("t", "first page"), cache.fresh_page("t", "other page")) == (b"[1]", None)
+    cache.changed("u", "a")  # another tenant's response: this tenant's pages hold
+    assert (cache.fresh_page("t", "first page"), cache.fresh_page("u", "first page")) == (b"[1]", None)
+    cache.changed("t", "new")  # created, changed or deleted: it may belong on the page now, or no longer
+    assert cache.fresh_page("t", "first page") is None
+    clock.now += 0.1
+    cache.put_page("t", "first page", b"[3]", cache.ticket())
+    clock.now += 1.0
+    assert cache.fresh_page("t", "first page") is None  # past the bound: read again
+
+
+def test_a_list_page_read_before_a_change_of_its_tenant_or_while_deaf_is_not_kept() -> None:
+    clock = Clock()
+    cache = listening_cache(clock)
+    clock.now += 0.1
+    ticket = cache.ticket()
+    cache.changed("t", "a")
+    cache.put_page("t", "page", b"[]", ticket)
+    assert cache.fresh_page("t", "page") is None and len(cache) == 0
+    cache.stop_listening()
+    cache.put_page("t", "page", b"[]", cache.ticket())
+    assert len(cache) == 0

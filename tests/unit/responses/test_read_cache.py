@@ -255,3 +255,35 @@ async def test_on_sqlite_a_cached_get_asks_nothing_and_this_process_hears_its_ow
     assert app_runtime.read_cache.get(OPEN_TENANT, changed, NONE) is None
     assert (await client.get(f"/v1/responses/{changed}")).json()["status"] == "failed"
     assert (await client.get(f"/v1/responses/{deleted}")).status_code == 404
+
+
+async def test_on_sqlite_a_list_page_is_answered_whole_until_a_response_of_its_tenant_changes(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """A page read again runs no statement; a response created, changed (by any unit of work of this process)
+    or deleted drops it, and the next list shows the change."""
+    ids = [await created(client) for _ in range(2)]
+    first = await client.get("/v1/responses")
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    engine = app_runtime.database.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert (await client.get("/v1/responses")).content == first.content
+        assert statements == []
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    newest = await created(client)
+    assert [entry["id"] for entry in (await client.get("/v1/responses")).json()["data"]] == [newest, *ids[::-1]]
+    async with app_runtime.database.transaction() as session:
+        await session.execute(update(ResponseRow).where(ResponseRow.id == ids[0]).values(status="failed"))
+    assert [entry["status"] for entry in (await client.get("/v1/responses")).json()["data"]] == [
+        "completed",
+        "completed",
+        "failed",
+    ]
+    assert (await client.delete(f"/v1/responses/{newest}")).status_code == 200
+    assert [entry["id"] for entry in (await client.get("/v1/responses")).json()["data"]] == ids[::-1]
