@@ -51,6 +51,8 @@ from app.ops.retention import PRUNE_INTERVAL_S, apply_retention
 from app.outbound.addresses import AllowedHosts
 from app.quotas.stored_bytes import measure_stored_bytes
 from app.read_cache.cache import ResponseJsonCache
+from app.read_cache.listener import ChangeListener
+from app.read_cache.sqlite_changes import hear_own_changes
 from app.read_cache.vectors import StoreVectorCache
 from app.responses import endpoints as responses
 from app.retrieval.indexing import Indexer
@@ -160,6 +162,11 @@ def create_app(
         if not database_ready:
             await migrations.prepare_database(settings)
         database = Database.connect(settings.database_url)
+        read_cache = ResponseJsonCache(
+            int(settings.read_cache_mb * 1024 * 1024), staleness_s=settings.read_cache_staleness_s
+        )
+        if database.engine.dialect.name == "sqlite" and read_cache.max_bytes and read_cache.staleness_s:
+            hear_own_changes(database.engine, read_cache)  # before the first query: every connection hooked
         limit_tenant_labels(settings.metrics_max_tenants)
         if traced:
             tracing.instrument_database(database.engine)
@@ -186,13 +193,17 @@ def create_app(
             authenticator=Authenticator(settings, KeyCache(database, settings.key_cache_ttl_s)),
             limits=limits,
             policy=policy,
-            read_cache=ResponseJsonCache(int(settings.read_cache_mb * 1024 * 1024)),
+            read_cache=read_cache,
             embedding_models=embedding_models,
             embedder=embedder,
             wake_indexer=indexer.wake.set if indexer is not None else lambda: None,
             vector_cache=StoreVectorCache(int(settings.vector_cache_mb * 1024 * 1024)),
         )
         maintenance: list[asyncio.Task[None]] = []
+        if database.engine.dialect.name == "postgresql" and read_cache.max_bytes and read_cache.staleness_s:
+            # Every change of a response is notified: the cache answers without a round trip (app/read_cache/).
+            app.state.read_cache_listener = listener = ChangeListener(settings.database_url, read_cache)
+            maintenance.append(asyncio.create_task(listener.run_forever()))
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
         if settings.embedded:
             # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost:

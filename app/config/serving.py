@@ -32,9 +32,18 @@ class ServingSettings(BaseSettings):
     read_cache_mb: float = Field(
         64.0,
         ge=0,
-        description="MB of finished responses' JSON each API node keeps for GET /v1/responses/{id}, each checked "
-        "against the stored row's updated_at on every read (a deleted or changed response is never served from "
-        "it). 0: off.",
+        description="MB of finished responses' JSON each API node keeps for GET /v1/responses/{id} (and the "
+        "list's rows), each under the stored row's updated_at. 0: off.",
+    )
+    read_cache_staleness_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="On Postgres, where every change of a response is notified to each API node (LISTEN/NOTIFY), "
+        "the seconds a read cache entry is answered without asking the database: a change shows in a GET as soon "
+        "as its notification arrives (milliseconds after its commit), and never later than this after it, even "
+        "when a notification is lost. While the notifications are down (the listening connection lost, SQLite) "
+        "every read checks the row's updated_at instead. 0: every read checks.",
     )
     public_docs: bool = Field(
         False,

@@ -172,7 +172,9 @@ async def get_response(
 @router.delete("/responses/{response_id}", responses=errors(404))
 async def delete_response(response_id: str, runtime: RuntimeDep, tenant: TenantDep) -> DeletedResponse:
     stop_running = partial(cancellation.stop_response, runtime)
-    return await reads.delete_response(runtime.database, response_id, tenant, stop_running=stop_running)
+    return await reads.delete_response(
+        runtime.database, response_id, tenant, stop_running=stop_running, cache=runtime.read_cache
+    )
 
 
 @router.post("/responses/{response_id}/cancel", responses=errors(404))

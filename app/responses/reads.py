@@ -16,7 +16,7 @@ from app.events.terminal import TERMINAL_STATUSES
 from app.items.includes import with_includes
 from app.items.paging import stored_item_page
 from app.items.repository import INPUT_ITEMS
-from app.read_cache.cache import CachedJson, ResponseJsonCache
+from app.read_cache.cache import CachedJson, ReadTicket, ResponseJsonCache
 from app.responses import repository
 from app.responses.relay import RelayMode, relay_events
 from app.responses.schemas import DeletedResponse, InputItemList, ResponseFilters, ResponseList
@@ -55,15 +55,21 @@ async def read_response_json(
     tenant: str,
     includes: frozenset[str] = frozenset(),
 ) -> bytes:
-    """GET a response as JSON: from `cache` while the stored row's updated_at is the one it was built from (a
-    one-column Core query on a bare connection), else built from the row (and kept when the response has ended: one
-    still running changes at every step). Either way no transaction, and a row deleted or changed on any node is
-    never served stale."""
+    """GET a response as JSON: from `cache` with no round trip while its entry is fresh (notifications arrive
+    and it was checked within the cache's staleness bound), else while the stored row's updated_at is the one it
+    was built from (a one-column Core query on a bare connection), else built from the row (and kept when the
+    response has ended: one still running changes at every step). Either way no transaction; a row deleted or
+    changed on any node is never served stale past the cache's bound (app/read_cache/cache.py)."""
+    fresh = cache.fresh(tenant, response_id, includes)
+    if fresh is not None:
+        return fresh.body
     cached = cache.get(tenant, response_id, includes)
+    ticket = cache.ticket()
     if cached is not None:
         async with database.read_connection() as connection:
             version = await repository.get_response_version(connection, response_id, tenant)
         if version == cached.version:
+            cache.confirm(tenant, response_id, includes, ticket)
             return cached.body
         cache.discard(tenant, response_id, includes)
         if version is None:
@@ -71,18 +77,19 @@ async def read_response_json(
     row, response = await _read_row(database, response_id, tenant, includes)
     body = response.model_dump_json().encode()
     if row.status in TERMINAL_STATUSES:
-        cache.put(tenant, response_id, includes, CachedJson(row.updated_at, body))
+        cache.put(tenant, response_id, includes, CachedJson(row.updated_at, body), ticket)
     return body
 
 
-def _row_json(cache: ResponseJsonCache, tenant: str, row: ResponseRow) -> bytes:
-    """A row just read as JSON: the cached one while it was built from this very version of the row."""
+def _row_json(cache: ResponseJsonCache, tenant: str, row: ResponseRow, ticket: ReadTicket) -> bytes:
+    """A row just read (under `ticket`) as JSON: the cached one while it was built from this very version."""
     cached = cache.get(tenant, row.id, NO_INCLUDES)
     if cached is not None and cached.version == row.updated_at:
+        cache.confirm(tenant, row.id, NO_INCLUDES, ticket)
         return cached.body
     body = response_from_row(row).model_dump_json().encode()
     if row.status in TERMINAL_STATUSES:
-        cache.put(tenant, row.id, NO_INCLUDES, CachedJson(row.updated_at, body))
+        cache.put(tenant, row.id, NO_INCLUDES, CachedJson(row.updated_at, body), ticket)
     return body
 
 
@@ -131,7 +138,14 @@ async def list_responses_json(
 ) -> bytes:
     """list_responses as the JSON ResponseList dumps to. The page is read as each row's id, updated_at and status
     first; a finished response whose JSON is cached from that very updated_at is answered from `cache`, and only
-    the others' rows are read in full (a second query, none when every row was cached)."""
+    the others' rows are read in full (a second query, none when every row was cached). The page itself is kept
+    while notifications arrive, and answered with no query until one of the tenant's responses changes (or the
+    cache's staleness bound passes)."""
+    query = repr((filters, page))
+    fresh = cache.fresh_page(tenant, query)
+    if fresh is not None:
+        return fresh
+    ticket = cache.ticket()
     async with database.read() as session:
         versions, has_more = await page_after(
             page,
@@ -145,14 +159,15 @@ async def list_responses_json(
         for version in versions:
             cached = cache.get(tenant, version.id, NO_INCLUDES)
             if cached is not None and cached.version == version.updated_at:
+                cache.confirm(tenant, version.id, NO_INCLUDES, ticket)
                 answers[version.id] = cached.body
         unread = [version.id for version in versions if version.id not in answers]
         rows = await repository.get_responses(session, tenant, unread) if unread else []
-    answers.update((row.id, _row_json(cache, tenant, row)) for row in rows)
+    answers.update((row.id, _row_json(cache, tenant, row, ticket)) for row in rows)
     # A row deleted between the two reads is left out, as it would be from a page read a moment later.
     ids = [version.id for version in versions if version.id in answers]
     ends = {"first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None, "has_more": has_more}
-    return b"".join(
+    body = b"".join(
         (
             b'{"object":"list","data":[',
             b",".join(answers[response_id] for response_id in ids),
@@ -160,6 +175,8 @@ async def list_responses_json(
             json.dumps(ends, separators=(",", ":"), ensure_ascii=False)[1:].encode(),
         )
     )
+    cache.put_page(tenant, query, body, ticket)
+    return body
 
 
 async def list_input_items(
@@ -185,11 +202,17 @@ StopRunning = Callable[[str], Awaitable[None]]
 
 
 async def delete_response(
-    database: Database, response_id: str, tenant: str, *, stop_running: StopRunning | None
+    database: Database,
+    response_id: str,
+    tenant: str,
+    *,
+    stop_running: StopRunning | None,
+    cache: ResponseJsonCache | None = None,
 ) -> DeletedResponse:
     """Delete a stored response with its items and events. One still queued or generating is stopped first with
     `stop_running`, so that its generation does not go on for a response that is gone; with None (the operator
-    CLI, which has no queue to reach a generation through) it is a 400 instead."""
+    CLI, which has no queue to reach a generation through) it is a 400 instead. This process's `cache` forgets it
+    at once: a GET right after the delete answers 404 here before the notification of it arrives."""
     async with database.read() as session:
         row = await repository.get_response(session, response_id, tenant)
     if row is None:
@@ -206,4 +229,6 @@ async def delete_response(
     async with database.transaction() as session:
         if not await repository.delete_response(session, response_id, tenant):
             raise response_not_found(response_id)
+    if cache is not None:
+        cache.changed(tenant, response_id)
     return DeletedResponse(id=response_id)

@@ -72,6 +72,8 @@ async def _store_new(runtime: Runtime, prepared: PreparedResponse, tenant: str) 
         # Last: on Postgres the charge holds the tenant's quota row until the commit. Its output counts from the
         # next measurement.
         await charge_stored_bytes(session, runtime, tenant, lambda: json_size(row.params, prepared.items))
+    # This node's list pages show it from now on, before the notification of its insert comes back.
+    runtime.read_cache.changed(tenant, response.id)
 
 
 async def submit_response(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> None:

@@ -13,14 +13,16 @@ from sqlalchemy import delete, event, update
 
 from app.config import Settings
 from app.db.models import ResponseRow
+from app.errors import NotFound
 from app.main import create_app
-from app.read_cache.cache import CachedJson
+from app.read_cache.cache import CachedJson, ResponseJsonCache
 from app.responses import reads
 from app.responses.schemas import ResponseFilters
 from app.runtime import Runtime
 from app.schemas.paging import PageRequest
 from app.tenants.identity import OPEN_TENANT
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
+from tests.unit.read_cache.test_cache import Clock
 
 ENCRYPTED = "reasoning.encrypted_content"
 NONE: frozenset[str] = frozenset()
@@ -28,8 +30,15 @@ NONE: frozenset[str] = frozenset()
 
 @pytest.fixture
 async def two_nodes(tmp_path: Path, runner: FakeRunner) -> AsyncIterator[list[tuple[httpx.AsyncClient, Runtime]]]:
-    """Two API nodes (two apps, two caches) on one database."""
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'nodes.db'}", model_id="m", _env_file=None)
+    """Two API nodes (two apps, two caches) on one database. On SQLite each hears only its own writes (one server
+    a file is the mode: tests/integration/responses/test_read_notifications.py has Postgres's nodes), so here
+    every read checks the database (a staleness of 0), as such a deployment would have to."""
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'nodes.db'}",
+        model_id="m",
+        read_cache_staleness_s=0.0,
+        _env_file=None,
+    )
     first = create_app(settings, fake_generation(FakeRenderer(), runner))
     second = create_app(settings, fake_generation(FakeRenderer(), runner))
     async with (
@@ -163,11 +172,12 @@ async def test_the_list_is_the_page_dumped_whole_cached_or_not(client: httpx.Asy
     assert changed.content == await whole_page()
 
 
+@pytest.mark.settings(read_cache_staleness_s=0)
 async def test_a_cached_read_asks_the_database_only_for_versions(
     client: httpx.AsyncClient, app_runtime: Runtime
 ) -> None:
-    """A cached GET is one one-column query; a page whose rows are all kept is one query of their versions, and
-    a row changed behind the cache is the only one read again in full."""
+    """Where every read checks (a staleness of 0): a cached GET is one one-column query; a page whose rows are all
+    kept is one query of their versions, and a row changed behind the cache is the only one read again in full."""
     ids = [await created(client) for _ in range(3)]
     for response_id in ids:
         assert (await client.get(f"/v1/responses/{response_id}")).status_code == 200
@@ -194,3 +204,86 @@ async def test_a_cached_read_asks_the_database_only_for_versions(
     assert [entry["status"] for entry in changed.json()["data"]] == ["completed", "failed", "completed"]
     assert len(statements) == 2 and "responses.output" in statements[1][0]
     assert ids[1] in str(statements[1][1]) and ids[0] not in str(statements[1][1])
+
+
+async def test_a_lost_notification_leaves_a_stale_entry_no_longer_than_the_bound(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """A cache that hears notifications, but not this delete's (lost): it answers the entry it checked until the
+    bound has passed since that check, never after; the clock is the test's, moved by hand."""
+    clock = Clock()
+    cache = ResponseJsonCache(1 << 20, staleness_s=1.0, clock=clock)
+    cache.start_listening()
+    response_id = await created(client)
+    database = app_runtime.database
+    body = await reads.read_response_json(database, cache, response_id, OPEN_TENANT)
+    async with database.transaction() as session:
+        await session.execute(delete(ResponseRow).where(ResponseRow.id == response_id))
+    clock.now += 0.999
+    assert await reads.read_response_json(database, cache, response_id, OPEN_TENANT) == body
+    clock.now += 0.001
+    with pytest.raises(NotFound):
+        await reads.read_response_json(database, cache, response_id, OPEN_TENANT)
+    assert cache.get(OPEN_TENANT, response_id, NONE) is None
+
+
+async def test_on_sqlite_a_cached_get_asks_nothing_and_this_process_hears_its_own_writes(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """The one server of a SQLite file hears every change it commits (temporary triggers on its connections): a
+    cached GET runs no statement at all, and a write of any of its units of work (a worker's, retention's, here
+    one made on its database) is read again at once."""
+    changed, deleted = await created(client), await created(client)
+    first = {response_id: await client.get(f"/v1/responses/{response_id}") for response_id in (changed, deleted)}
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    engine = app_runtime.database.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        for response_id in (changed, deleted):
+            again = await client.get(f"/v1/responses/{response_id}")
+            assert again.content == first[response_id].content
+        assert statements == []
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    async with app_runtime.database.transaction() as session:
+        await session.execute(update(ResponseRow).where(ResponseRow.id == changed).values(status="failed"))
+        await session.execute(delete(ResponseRow).where(ResponseRow.id == deleted))
+    assert app_runtime.read_cache.get(OPEN_TENANT, changed, NONE) is None
+    assert (await client.get(f"/v1/responses/{changed}")).json()["status"] == "failed"
+    assert (await client.get(f"/v1/responses/{deleted}")).status_code == 404
+
+
+async def test_on_sqlite_a_list_page_is_answered_whole_until_a_response_of_its_tenant_changes(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """A page read again runs no statement; a response created, changed (by any unit of work of this process)
+    or deleted drops it, and the next list shows the change."""
+    ids = [await created(client) for _ in range(2)]
+    first = await client.get("/v1/responses")
+    statements: list[str] = []
+
+    def record(_connection: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    engine = app_runtime.database.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert (await client.get("/v1/responses")).content == first.content
+        assert statements == []
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    newest = await created(client)
+    assert [entry["id"] for entry in (await client.get("/v1/responses")).json()["data"]] == [newest, *ids[::-1]]
+    async with app_runtime.database.transaction() as session:
+        await session.execute(update(ResponseRow).where(ResponseRow.id == ids[0]).values(status="failed"))
+    assert [entry["status"] for entry in (await client.get("/v1/responses")).json()["data"]] == [
+        "completed",
+        "completed",
+        "failed",
+    ]
+    assert (await client.delete(f"/v1/responses/{newest}")).status_code == 200
+    assert [entry["id"] for entry in (await client.get("/v1/responses")).json()["data"]] == ids[::-1]
