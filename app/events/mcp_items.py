@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.events import hosted_calls
+from app.events.hosted_calls import is_hosted
 from app.schemas.events import (
     McpCallArgumentsDeltaEvent,
     McpCallArgumentsDoneEvent,
@@ -54,7 +56,7 @@ def open_tool_calls(
             continue
         opened = StoredMcpCall(id=ids("mcp"), status="in_progress", **call)
         items.append(opened)
-        events += call_opening_events(opened, offset, number)
+        events += (hosted_calls.opening_events if is_hosted(opened) else call_opening_events)(opened, offset, number)
     return items, events
 
 
@@ -79,7 +81,9 @@ def call_opening_events(call: StoredMcpCall, index: int, number: Number) -> list
 
 
 def call_closing_events(call: StoredMcpCall, index: int, number: Number) -> list[ResponseEvent]:
-    """A call's end: completed (its output) or failed (its error), then done."""
+    """A call's end: completed (its output) or failed (its error), then done (a hosted call's: its own events)."""
+    if is_hosted(call):
+        return hosted_calls.closing_events(call, index, number)
     end = "completed" if call.status == "completed" else "failed"
     return [_progress(f"response.mcp_call.{end}", call.id, index, number), _item("done", call, index, number)]
 
