@@ -25,9 +25,11 @@ from app.schemas.hosted_items import (
     url_citation,
 )
 from app.schemas.items import Item, StoredMcpCall
-from app.schemas.tools import FILE_SEARCH, hosted_tool_of
+from app.schemas.tools import FILE_SEARCH, WEB_SEARCH, hosted_tool_of
 
 Number = Callable[[], int]
+#: The id prefix of each hosted tool's call (its item's id).
+HOSTED_ID_PREFIXES = {FILE_SEARCH: "fs", WEB_SEARCH: "ws"}
 HostedItem = StoredFileSearchCall | StoredWebSearchCall
 #: A citation as the model writes it: the number of a result in brackets ("[2]", or "[1, 3]").
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")

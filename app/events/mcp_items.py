@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.events import hosted_calls
-from app.events.hosted_calls import is_hosted
+from app.events.hosted_calls import HOSTED_ID_PREFIXES, is_hosted
 from app.schemas.events import (
     McpCallArgumentsDeltaEvent,
     McpCallArgumentsDoneEvent,
@@ -15,6 +15,7 @@ from app.schemas.events import (
     ResponseEvent,
 )
 from app.schemas.items import Item, StoredMcpApprovalRequest, StoredMcpCall, StoredMcpListTools
+from app.schemas.tools import hosted_tool_of
 
 Number = Callable[[], int]
 
@@ -54,7 +55,9 @@ def open_tool_calls(
             items.append(request)
             events += [_item("added", request, offset, number), _item("done", request, offset, number)]
             continue
-        opened = StoredMcpCall(id=ids("mcp"), status="in_progress", **call)
+        hosted = hosted_tool_of(call["server_label"])
+        # A hosted call's id is its item's (fs_..., ws_... as hosted's are).
+        opened = StoredMcpCall(id=ids(HOSTED_ID_PREFIXES.get(hosted or "", "mcp")), status="in_progress", **call)
         items.append(opened)
         events += (hosted_calls.opening_events if is_hosted(opened) else call_opening_events)(opened, offset, number)
     return items, events

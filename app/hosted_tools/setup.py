@@ -23,6 +23,9 @@ from app.schemas.hosted_items import (
 )
 from app.schemas.tools import FILE_SEARCH, WEB_SEARCH, WEB_SEARCH_TYPES, hosted_label
 
+#: The longest query a call may write: a forced call's grammar holds it there (a small model, left to itself,
+#: may never close the string).
+MAX_QUERY_CHARS = 80
 #: The most vector stores one file_search tool names (the stores searched on each call).
 MAX_STORES = 16
 
@@ -31,7 +34,7 @@ FILE_SEARCH_FUNCTION = FunctionSpec(
     "Search the user's files for passages relevant to a query; the results are numbered passages to cite as [1].",
     {
         "type": "object",
-        "properties": {"query": {"type": "string", "description": "What to look for, in a few words."}},
+        "properties": {"query": {"type": "string", "maxLength": MAX_QUERY_CHARS}},
         "required": ["query"],
     },
 )
@@ -42,9 +45,9 @@ WEB_SEARCH_FUNCTION = FunctionSpec(
     {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "What to search for."},
-            "url": {"type": "string", "description": "A page to open instead of searching."},
-            "pattern": {"type": "string", "description": "Text to find in the page at `url`."},
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS},
+            "url": {"type": "string", "maxLength": 500},
+            "pattern": {"type": "string", "maxLength": MAX_QUERY_CHARS},
         },
         "required": ["query"],
     },
