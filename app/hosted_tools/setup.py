@@ -149,6 +149,12 @@ def _file_search(tool: dict[str, Any], param: str, includes: Sequence[str]) -> d
     }
 
 
+def _domain(entry: str) -> str:
+    """An allowed domain as hosts are compared with it: "https://www.Example.org/" is "example.org"."""
+    host = entry.strip().lower().split("://", 1)[-1].split("/", 1)[0]
+    return host.removeprefix("www.")
+
+
 def _web_search(tool: dict[str, Any], param: str, includes: Sequence[str], settings: Settings) -> dict[str, Any]:
     parsed: WebSearchToolParam = _checked(WebSearchToolParam, tool, param)
     offline = parsed.external_web_access is False or not settings.web_search_searxng_url
@@ -159,11 +165,8 @@ def _web_search(tool: dict[str, Any], param: str, includes: Sequence[str], setti
             code="unsupported_parameter",
         )
     count, chars = CONTEXT_SIZES[parsed.search_context_size]
-    domains = (
-        [domain.strip().lower().removeprefix("www.") for domain in parsed.filters.allowed_domains or []]
-        if (parsed.filters)
-        else []
-    )
+    sent = (parsed.filters.allowed_domains or []) if parsed.filters is not None else []
+    domains = [_domain(entry) for entry in sent]
     return {
         "backend": "offline" if offline else "searxng",
         "allowed_domains": [domain for domain in domains if domain],

@@ -145,7 +145,7 @@ class ToolLoop:
         except McpFailed as error:
             return failed_call(call, str(error), execution=error.execution)
         except HostedCallFailed as error:
-            return failed_call(call, str(error), execution=True)
+            return failed_call(call, str(error))
         except asyncio.CancelledError:
             if not run.cancelled:
                 raise  # the job itself is stopping

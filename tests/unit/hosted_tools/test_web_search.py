@@ -53,7 +53,7 @@ async def test_a_search_through_searxng_is_cited_by_url_within_the_allowed_domai
     rounds(runner, web_call(query="tide Pelican Point"), "High tide is at 14:05 [1].")
     tool = {
         "type": "web_search",
-        "filters": {"allowed_domains": ["tides.example.org"]},
+        "filters": {"allowed_domains": ["https://tides.example.org/"]},
         "search_context_size": "low",
         "user_location": {"type": "approximate", "country": "GB", "city": "London"},
     }
