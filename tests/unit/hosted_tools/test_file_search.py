@@ -146,3 +146,25 @@ async def test_another_project_s_store_is_a_404_and_bad_options_are_400s(
     assert_error(reply, 400, param="tools[0].vector_store_ids")
     unforced = {"input": "x", "tools": [], "tool_choice": {"type": "file_search"}}
     assert_error(await alpha.post("/v1/responses", json=unforced), 400, param="tool_choice.type")
+
+
+async def test_a_stateless_client_resends_the_call_as_input_and_the_model_reads_only_the_answer(
+    alpha: httpx.AsyncClient, runner: FakeRunner, renderer: FakeRenderer
+) -> None:
+    store, _ = await store_with(alpha, {"lighthouse.txt": (LIGHTHOUSE, None)})
+    rounds(runner, search_call("lighthouse"), "Ada Morrow [1].", "She lights it at dusk.")
+    tools = [file_search(store)]
+    first = (
+        await alpha.post(
+            "/v1/responses",
+            json={"input": "Who?", "tools": tools, "tool_choice": {"type": "file_search"}, "store": False},
+        )
+    ).json()
+    history = [{"role": "user", "content": "Who?"}, *first["output"], {"role": "user", "content": "When?"}]
+    second = await alpha.post("/v1/responses", json={"input": history, "tools": tools})
+    assert second.status_code == 200, second.text
+    prompt = renderer.read(runner.jobs[-1].prompt_tokens)
+    assert "Ada Morrow [1]." in prompt and "lighthouse keeper of Pelican Point" not in prompt
+    bad = {"type": "web_search_call", "id": "ws_1", "status": "completed"}  # no action
+    reply = await alpha.post("/v1/responses", json={"input": [{"role": "user", "content": "x"}, bad]})
+    assert_error(reply, 400, param="input[1].action")
