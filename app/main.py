@@ -29,6 +29,7 @@ from app.generation.model_pool import ModelPool
 from app.generation.registry import ModelRegistry
 from app.generation.registry_loading import load_registry
 from app.generation.renderers import RendererCache
+from app.hosted_tools.calls import HostedCaller
 from app.ids import new_id
 from app.jobs.executor import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy, release_unfinished_responses
@@ -137,6 +138,7 @@ async def build_generation(
         lease_s=settings.lease_s,
         charge_tokens=limits.charge_tokens,
         mcp=McpCaller.from_settings(settings, database),
+        hosted=HostedCaller(database, settings),
     )
     # As many jobs of a model run as its engine has sequences; the others wait in a fair order, still queued.
     return renderers, InProcessQueue(executor, bus, places=concurrency(settings))
@@ -199,6 +201,10 @@ def create_app(
             wake_indexer=indexer.wake.set if indexer is not None else lambda: None,
             vector_cache=StoreVectorCache(int(settings.vector_cache_mb * 1024 * 1024)),
         )
+        hosted = getattr(getattr(queue, "executor", None), "hosted", None)
+        if isinstance(hosted, HostedCaller):
+            # Built after the queue: the embedded executor's file_search embeds with it, and shares the vectors.
+            hosted.embedder, hosted.vectors = embedder, app.state.runtime.vector_cache
         maintenance: list[asyncio.Task[None]] = []
         if database.engine.dialect.name == "postgresql" and read_cache.max_bytes and read_cache.staleness_s:
             # Every change of a response is notified: the cache answers without a round trip (app/read_cache/).

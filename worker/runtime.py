@@ -17,6 +17,7 @@ from app.generation.embeddings.models import load_embedding_models
 from app.generation.embeddings.pool import LocalEmbeddings
 from app.generation.model_pool import ModelPool
 from app.generation.registry_loading import load_registry
+from app.hosted_tools.calls import HostedCaller
 from app.ids import new_id
 from app.jobs.executor import JobExecutor
 from app.jobs.recovery import Reconciler, RecoveryPolicy
@@ -103,6 +104,7 @@ class WorkerRuntime:
             lease_s=settings.lease_s,
             charge_tokens=limits.charge_tokens,
             mcp=McpCaller.from_settings(settings, database),
+            hosted=HostedCaller(database, settings, ArqEmbeddings(redis, settings.embedding_timeout_s)),
         )
         reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
         webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)

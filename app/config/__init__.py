@@ -11,6 +11,7 @@ from pydantic import ValidationError, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from app.config.durability import DurabilitySettings
+from app.config.hosted_tools import HostedToolSettings
 from app.config.limits import LimitSettings
 from app.config.models import ModelSettings
 from app.config.outbound import OutboundSettings
@@ -33,7 +34,15 @@ def setting_problems(error: ValidationError) -> list[str]:
     ]
 
 
-class Settings(RetrievalSettings, OutboundSettings, LimitSettings, DurabilitySettings, ModelSettings, ServingSettings):
+class Settings(
+    HostedToolSettings,
+    RetrievalSettings,
+    OutboundSettings,
+    LimitSettings,
+    DurabilitySettings,
+    ModelSettings,
+    ServingSettings,
+):
     """Every knob of the server, one object: the fields come from one class a concern (this package's modules)."""
 
     model_config = SettingsConfigDict(env_prefix="RESPONSES_", env_file=".env", extra="ignore")

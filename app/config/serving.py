@@ -54,7 +54,9 @@ class ServingSettings(BaseSettings):
         False, description="Reject request fields the Responses API does not define (400 unknown_parameter)."
     )
     strict_tools: bool = Field(
-        False, description="Reject hosted tool types (web_search, ...) with a 400 instead of leaving them out."
+        False,
+        description="Reject the hosted tool types this server does not run (code_interpreter, ..., web_search with no "
+        "backend) with a 400 instead of leaving them out.",
     )
     secret_key: str | None = Field(
         None,

@@ -16,6 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from app.events.call_items import ClientCall, call_events, call_items
+from app.events.hosted_calls import citations, for_prompt, shown, sources
 from app.events.logprobs import TokenLogprobs
 from app.events.mcp_items import call_closing_events, close_open_calls, list_tools_events, open_tool_calls
 from app.events.output_items import CallRouting, RoundItems
@@ -150,6 +151,7 @@ class ResponseAssembler:
         self._round = RoundItems(
             len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
         )
+        self._round.annotate = self._annotate
         #: The parser was told the text ended (mcp_round did, and finish must not again).
         self._ended = False
         #: Events that telling it made in an mcp_round that found no MCP call: finish sends them first.
@@ -250,7 +252,7 @@ class ResponseAssembler:
         first_call = len(self._leading) + len(round_items.items)
         for offset, call in enumerate(calls):
             events += call_events(call, first_call + offset, self._next)
-        self.response.output = [*self._leading, *round_items.items, *calls]
+        self.response.output = shown([*self._leading, *round_items.items, *calls])
         self.response.status = status  # type: ignore[assignment]
         self.response.usage = Usage(
             input_tokens=finish.prompt_tokens,
@@ -277,7 +279,7 @@ class ResponseAssembler:
         events += close_open_calls(self._leading, self._next)
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
-        self.response.output = [*self._leading, *self._round.items]
+        self.response.output = shown([*self._leading, *self._round.items])
         events.append(ErrorEvent(sequence_number=self._next(), code=code, message=message))
         events.append(self._lifecycle("failed"))
         return events
@@ -286,8 +288,13 @@ class ResponseAssembler:
 
     def output_so_far(self) -> list[dict[str, Any]]:
         """The output items the response has so far (its leading items, then its tool rounds'), as stored: what
-        the next tool round's prompt renders (app/jobs/tool_loop.py)."""
-        return [item.model_dump(mode="json") for item in self._leading]
+        the next tool round's prompt renders (app/jobs/tool_loop.py): a hosted call's output its results, numbered."""
+        return for_prompt([item.model_dump(mode="json") for item in self._leading])
+
+    def _annotate(self, text: str) -> list[dict[str, Any]]:
+        """The citations of an answer's text: of the results the response's hosted calls showed the model."""
+        found = sources(self._leading)
+        return citations(text, found) if found else []
 
     def mcp_round(self) -> tuple[list[ResponseEvent], list[StoredMcpCall], str] | None:
         """The model ended its turn calling MCP tools: its reasoning and text close, its MCP calls open (in
@@ -326,6 +333,7 @@ class ResponseAssembler:
             self._round = RoundItems(
                 len(self._leading), self._routing, self._next, self._ids, self._logprobs, self._encrypted_reasoning
             )
+            self._round.annotate = self._annotate
         return events, calls, text
 
     def open_calls(self, wanted: list[dict[str, str]]) -> tuple[list[ResponseEvent], list[StoredMcpCall]]:

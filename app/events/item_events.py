@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.schemas.events import (
+    AnnotationAddedEvent,
     ContentPartEvent,
     EventLogprob,
     OutputItemEvent,
@@ -24,8 +25,9 @@ def item_done_events(
     part_opened: bool = True,
     logprobs: Sequence[EventLogprob] = (),
 ) -> list[ResponseEvent]:
-    """A reasoning item's text `done`, or a message's text and content part `done` (when its part was opened),
-    then `response.output_item.done`; `number()` gives each event its sequence number, in order."""
+    """A reasoning item's text `done`, or a message's citations (annotation.added), text and content part `done`
+    (when its part was opened), then `response.output_item.done`; `number()` gives each event its sequence
+    number, in order."""
     events: list[ResponseEvent] = []
     if isinstance(item, StoredReasoning):
         text = item.content[0].text if item.content else ""
@@ -37,6 +39,17 @@ def item_done_events(
     elif isinstance(item, MessageItem) and part_opened:
         part = item.content[0]
         assert isinstance(part, OutputText), "an output message's part is its output_text"
+        events += [
+            AnnotationAddedEvent(
+                sequence_number=number(),
+                item_id=item.id,
+                output_index=output_index,
+                content_index=0,
+                annotation_index=position,
+                annotation=dict(annotation),
+            )
+            for position, annotation in enumerate(part.annotations)
+        ]
         events.append(
             OutputTextDoneEvent(
                 sequence_number=number(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.events import hosted_calls
+from app.events.hosted_calls import HOSTED_ID_PREFIXES, is_hosted
 from app.schemas.events import (
     McpCallArgumentsDeltaEvent,
     McpCallArgumentsDoneEvent,
@@ -13,6 +15,7 @@ from app.schemas.events import (
     ResponseEvent,
 )
 from app.schemas.items import Item, StoredMcpApprovalRequest, StoredMcpCall, StoredMcpListTools
+from app.schemas.tools import hosted_tool_of
 
 Number = Callable[[], int]
 
@@ -52,9 +55,11 @@ def open_tool_calls(
             items.append(request)
             events += [_item("added", request, offset, number), _item("done", request, offset, number)]
             continue
-        opened = StoredMcpCall(id=ids("mcp"), status="in_progress", **call)
+        hosted = hosted_tool_of(call["server_label"])
+        # A hosted call's id is its item's (fs_..., ws_... as hosted's are).
+        opened = StoredMcpCall(id=ids(HOSTED_ID_PREFIXES.get(hosted or "", "mcp")), status="in_progress", **call)
         items.append(opened)
-        events += call_opening_events(opened, offset, number)
+        events += (hosted_calls.opening_events if is_hosted(opened) else call_opening_events)(opened, offset, number)
     return items, events
 
 
@@ -79,7 +84,9 @@ def call_opening_events(call: StoredMcpCall, index: int, number: Number) -> list
 
 
 def call_closing_events(call: StoredMcpCall, index: int, number: Number) -> list[ResponseEvent]:
-    """A call's end: completed (its output) or failed (its error), then done."""
+    """A call's end: completed (its output) or failed (its error), then done (a hosted call's: its own events)."""
+    if is_hosted(call):
+        return hosted_calls.closing_events(call, index, number)
     end = "completed" if call.status == "completed" else "failed"
     return [_progress(f"response.mcp_call.{end}", call.id, index, number), _item("done", call, index, number)]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.events.item_events import item_done_events
 from app.events.logprobs import TokenLogprobs
@@ -97,6 +98,8 @@ class RoundItems:
         #: Calls kept whole for the end (see the module's doc), in order.
         self.parsed: list[ParsedCall] = []
         self.calls_seen = 0
+        #: The citations of a message's text, given the searches before it (the assembler's; None: no search).
+        self.annotate: Callable[[str], list[dict[str, Any]]] | None = None
 
     @property
     def _index(self) -> int:
@@ -331,6 +334,8 @@ class RoundItems:
         else:
             assert isinstance(item, MessageItem)
             part, logprobs = self._message_logprobs(text)
+            if self.annotate is not None:
+                part.annotations = self.annotate(text)
             item = item.model_copy(update={"content": [part], "status": status})
         self.items.append(item)
         self.open, self._saying = None, False

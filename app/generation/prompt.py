@@ -98,6 +98,10 @@ def item_to_message(item: dict[str, Any]) -> ChatMessage:
     return ChatMessage(role=TEMPLATE_ROLE[item["role"]], content=item_text(item))
 
 
+#: Items no turn renders: an MCP listing (its tools are in the system prompt), a configuration change, and a
+#: finished hosted search (NOTE: the answer after it, citations and all, carries what the model drew from it; the
+#: search itself was the server's, and a later turn sees it no more than hosted's models see past searches).
+SILENT_ITEMS = frozenset({"mcp_list_tools", "configuration_update", "file_search_call", "web_search_call"})
 #: The calls of client-executed tool types (the model called each as a function named after its type, with
 #: CLIENT_TOOL_PARAMETERS' arguments) and their outputs.
 CLIENT_TOOL_CALLS = frozenset({"shell_call", "local_shell_call", "apply_patch_call", "tool_search_call"})
@@ -249,7 +253,7 @@ def _messages(items: Sequence[dict[str, Any]], reasoning_tags: tuple[str, str] |
                 reasoning = ""
                 messages.append(ChatMessage("user", render_call_output(denial(item.get("reason")))))
             continue
-        if item.get("type") in ("mcp_list_tools", "configuration_update"):
+        if item.get("type") in SILENT_ITEMS:
             continue  # what a server offers is in the system prompt; a configuration change is no message
         if item.get("type") == "mcp_call":
             # The call as the model wrote it, then its result as a tool result (an error, said as one).
@@ -345,7 +349,7 @@ def structured_messages(items: Sequence[dict[str, Any]]) -> list[ChatMessage]:
         kind = item.get("type", "message")
         call = _structured_call(item)
         output = _output_text(item)
-        if kind in ("mcp_list_tools", "configuration_update"):
+        if kind in SILENT_ITEMS:
             continue
         if kind == "mcp_approval_request":
             approval_requests[item["id"]] = item

@@ -14,8 +14,9 @@ INCLUDABLE: frozenset[str] = frozenset(get_args(Includable))
 def parse_includes(values: list[str]) -> frozenset[str]:
     """The include values of a read, or a 400 naming one the API does not define.
 
-    Values for hosted tools and images are accepted and add nothing: no such items exist here. Logprobs exist
-    only when the create asked for them; a read cannot compute them afterwards, and says nothing it does not know.
+    Values for images are accepted and add nothing: no such items exist here. Logprobs, and the hosted tools'
+    results and sources, exist only when the create asked for them; a read cannot compute them afterwards, and
+    says nothing it does not know.
     """
     for value in values:
         if value not in INCLUDABLE:

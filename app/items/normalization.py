@@ -10,6 +10,7 @@ from app.errors import InvalidRequest
 from app.generation.prompt import Turn, call_ids
 from app.ids import new_id
 from app.schemas.client_tool_items import CLIENT_TOOL_ID_PREFIXES
+from app.schemas.hosted_items import StoredFileSearchCall, StoredWebSearchCall
 from app.schemas.items import (
     CALL_OUTPUT_TYPES,
     STORED_ITEM,
@@ -117,7 +118,10 @@ def normalize_input(
         prefix = CLIENT_TOOL_ID_PREFIXES.get(type(entry))
         if prefix is not None:
             item = STORED_ITEM.validate_python({**entry.model_dump(), "id": entry.id or new_id(prefix)})
-        elif isinstance(entry, StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest):
+        elif isinstance(
+            entry,
+            StoredMcpListTools | StoredMcpCall | StoredMcpApprovalRequest | StoredFileSearchCall | StoredWebSearchCall,
+        ):
             item = entry  # resent as they were returned, ids included
         elif isinstance(entry, McpApprovalResponseItem):
             item = StoredMcpApprovalResponse(**{**entry.model_dump(), "id": entry.id or new_id("mcpa")})

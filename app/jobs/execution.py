@@ -28,6 +28,7 @@ from app.events.encoding import event_payload
 from app.generation.job import GenerationJob
 from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.types import Finish, GenerationFailed, ModelLoadError, ScoredPiece
+from app.hosted_tools.calls import HostedCaller
 from app.jobs import event_batches, repository
 from app.jobs.event_batches import EventBatch, Payload
 from app.jobs.final_state import (
@@ -81,10 +82,11 @@ class JobExecution:
         lease_s: float = DEFAULT_LEASE_S,
         charge_tokens: TokenCharge | None = None,
         mcp: McpCaller | None = None,
+        hosted: HostedCaller | None = None,
     ) -> None:
         self.job = job
         #: The request's MCP tools: the model's calls of them are made here, between rounds (None: no MCP tool).
-        self.tools = ToolLoop.of(job, mcp)
+        self.tools = ToolLoop.of(job, mcp, hosted)
         self.runner: ModelRunner | None = None
         self.generation: GenerationRun | None = None
         self.charge_tokens = charge_tokens

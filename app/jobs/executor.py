@@ -6,6 +6,7 @@ from __future__ import annotations
 from app.db.session import Database
 from app.generation.job import GenerationJob
 from app.generation.runner import ModelRunner
+from app.hosted_tools.calls import HostedCaller
 from app.jobs.execution import JobExecution, TokenCharge
 from app.jobs.lease import DEFAULT_LEASE_S
 from app.mcp.calls import McpCaller
@@ -26,10 +27,13 @@ class JobExecutor:
         lease_s: float = DEFAULT_LEASE_S,
         charge_tokens: TokenCharge | None = None,
         mcp: McpCaller | None = None,
+        hosted: HostedCaller | None = None,
     ) -> None:
         self.runner = runner
         #: Calls the MCP servers of the jobs that name some (None: their calls fail).
         self.mcp = mcp
+        #: Runs the hosted tools' calls (file_search, web_search) of the jobs that offer them (None: they fail).
+        self.hosted = hosted
         #: The executions running now, by response id (a cancel reaches a tool call in flight through them).
         self.executions: dict[str, JobExecution] = {}
         #: Charges a tenant's rate limit for the output tokens of each generation that ends here.
@@ -50,6 +54,7 @@ class JobExecutor:
             lease_s=self.lease_s,
             charge_tokens=self.charge_tokens,
             mcp=self.mcp,
+            hosted=self.hosted,
         )
         self.running[job.response_id] = execution.background and execution.lease is not None
         self.executions[job.response_id] = execution

@@ -1,5 +1,6 @@
-"""The tool loop inside one response: the model calls an MCP server's tool, this process calls it, and the
-model goes on from the result, in the same response, until it answers without a call or the calls run out.
+"""The tool loop inside one response: the model calls an MCP server's tool (or a hosted tool: file_search,
+web_search, which this process runs itself), this process calls it, and the model goes on from the result, in
+the same response, until it answers without a call or the calls run out.
 
 Each round is one model run; its prompt is the conversation the first was rendered from (McpSetup.prompt) with
 the response's items so far after it (its reasoning, text, calls and their results), rendered again by the
@@ -25,12 +26,15 @@ from app.generation.job import GenerationJob
 from app.generation.prompt import PromptContext
 from app.generation.runner import GenerationRun, ModelRunner
 from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput
+from app.hosted_tools.calls import HostedCaller
+from app.hosted_tools.failures import HostedCallFailed
 from app.jobs.progress import ProgressLog, RecordedRound, call_entry, open_approved, round_entry
 from app.mcp.calls import McpCaller
 from app.mcp.client import McpFailed
 from app.mcp.servers import McpSetup
 from app.schemas.events import ResponseEvent
 from app.schemas.items import StoredMcpCall
+from app.schemas.tools import hosted_tool_of
 
 NOT_CALLED = "Not called: this response reached its max_tool_calls ({limit})."
 NOT_CALLED_CANCELLED = "Not called: the response was cancelled."
@@ -83,10 +87,14 @@ class RoundOutlet:
 
 
 class ToolLoop:
-    def __init__(self, job: GenerationJob, setup: McpSetup, caller: McpCaller | None) -> None:
+    def __init__(
+        self, job: GenerationJob, setup: McpSetup, caller: McpCaller | None, hosted: HostedCaller | None = None
+    ) -> None:
         self.job = job
         self.setup = setup
         self.caller = caller
+        #: Runs the hosted tools' calls (file_search, web_search): None where this process cannot.
+        self.hosted = hosted
         self.calls_made = 0
         #: A call was refused for the limit: the response ends after this round.
         self.exhausted = False
@@ -100,8 +108,8 @@ class ToolLoop:
         self.output_tokens = 0
 
     @classmethod
-    def of(cls, job: GenerationJob, caller: McpCaller | None) -> ToolLoop | None:
-        return cls(job, McpSetup.from_payload(job.mcp), caller) if job.mcp else None
+    def of(cls, job: GenerationJob, caller: McpCaller | None, hosted: HostedCaller | None = None) -> ToolLoop | None:
+        return cls(job, McpSetup.from_payload(job.mcp), caller, hosted) if job.mcp else None
 
     def start(self, runner: ModelRunner, job: GenerationJob, *, resumed: bool) -> GenerationRun:
         """The response's first run: the model's, or none when the client approved calls (made first). A
@@ -125,17 +133,19 @@ class ToolLoop:
         if self.calls_made >= self.setup.max_calls:
             self.exhausted = True
             return failed_call(call, NOT_CALLED.format(limit=self.setup.max_calls))
-        if self.caller is None:
-            return failed_call(call, "This process cannot call MCP servers.")
+        hosted = hosted_tool_of(call.server_label)
+        if (self.caller if hosted is None else self.hosted) is None:
+            return failed_call(call, f"This process cannot call {'MCP servers' if hosted is None else hosted}.")
         if run.cancelled:  # a cancel that came during an earlier call of the round, or while it was recorded
             return failed_call(call, NOT_CALLED_CANCELLED)
         self.calls_made += 1
-        server = self.setup.server(call.server_label)
-        run.call = asyncio.create_task(self.caller.call(server, self.job.tenant, call.name, call.arguments))
+        run.call = asyncio.create_task(self._called(call, hosted))
         try:
             output = await run.call
         except McpFailed as error:
             return failed_call(call, str(error), execution=error.execution)
+        except HostedCallFailed as error:
+            return failed_call(call, str(error))
         except asyncio.CancelledError:
             if not run.cancelled:
                 raise  # the job itself is stopping
@@ -143,6 +153,15 @@ class ToolLoop:
         finally:
             run.call = None
         return call.model_copy(update={"status": "completed", "output": output, "error": None})
+
+    async def _called(self, call: StoredMcpCall, hosted: str | None) -> str:
+        """The call made: by its MCP server, or (a hosted tool's) here, with the tool's configuration."""
+        if hosted is not None:
+            assert self.hosted is not None
+            return await self.hosted.call(hosted, self.job.tenant, self.setup.hosted[hosted], call.arguments)
+        assert self.caller is not None
+        server = self.setup.server(call.server_label)
+        return await self.caller.call(server, self.job.tenant, call.name, call.arguments)
 
     async def replay(self, runner: ModelRunner, rounds: list[RecordedRound], assembler: ResponseAssembler) -> None:
         """A takeover: the rounds an earlier run recorded (in `assembler`, as the replay left it), taken as made (no

@@ -228,6 +228,9 @@ class McpSetup:
     answer_grammar: str | None = None
     #: The most calls this response makes (max_tool_calls, else the deployment's cap).
     max_calls: int = 16
+    #: The request's hosted tools (file_search, web_search) the loop runs too: tool -> its configuration (JSON, as
+    #: app/hosted_tools/setup.py checked it); their functions are in `tools` under their `hosted:` labels.
+    hosted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)

@@ -45,15 +45,9 @@ class OutboundAnswer:
             return "Unknown status"
 
 
-async def post(
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    *,
-    allowed: AllowedHosts,
-    timeout_s: float = TIMEOUT_S,
-) -> OutboundAnswer:
-    """POST `body` to `url`. OutboundRefused: the server may not call it; OutboundFailed: no answer came."""
+async def pin(url: str, allowed: AllowedHosts) -> tuple[str, str, dict[str, str]]:
+    """`url` checked and its host resolved once: the URL to the checked address, the Host header that names the
+    host, and the TLS server name (the extensions httpx takes). OutboundRefused when the server may not call it."""
     target = check_url(url, allowed)
     address = await resolve(target, allowed)
     scheme = target.url.scheme
@@ -64,6 +58,19 @@ async def post(
     named_host = f"[{target.host}]" if ":" in target.host else target.host
     host_header = named_host if target.port == DEFAULT_PORTS[scheme] else f"{named_host}:{target.port}"
     extensions = {"sni_hostname": target.host} if scheme == "https" else {}
+    return pinned, host_header, extensions
+
+
+async def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    allowed: AllowedHosts,
+    timeout_s: float = TIMEOUT_S,
+) -> OutboundAnswer:
+    """POST `body` to `url`. OutboundRefused: the server may not call it; OutboundFailed: no answer came."""
+    pinned, host_header, extensions = await pin(url, allowed)
     try:
         async with (
             asyncio.timeout(timeout_s),
@@ -95,4 +102,4 @@ def failure_reason(error: httpx.HTTPError) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
-__all__ = ["AllowedHosts", "OutboundAnswer", "OutboundFailed", "OutboundRefused", "post", "tls_context"]
+__all__ = ["AllowedHosts", "OutboundAnswer", "OutboundFailed", "OutboundRefused", "pin", "post", "tls_context"]

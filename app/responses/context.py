@@ -23,6 +23,7 @@ from app.generation.prompt import ChatMessage, Turn
 from app.generation.registry import ModelRegistry, ModelSpec
 from app.generation.tool_calls import FunctionSpec, template_tool
 from app.generation.types import ContextTooLong, ModelLoadError, PromptRenderer
+from app.hosted_tools.setup import HostedRequest, check_stores, parse_hosted
 from app.items.compaction import open_compactions, open_history
 from app.items.context_effects import configured_effort, withheld_reasoning
 from app.items.normalization import check_call_outputs, normalize_input
@@ -36,6 +37,7 @@ from app.responses.schemas import CreateResponseRequest
 from app.responses.tools import ToolSetup, resolve_tools, searched_tools
 from app.runtime import Runtime
 from app.schemas.responses import InputTransformation
+from app.schemas.tools import FILE_SEARCH, WEB_SEARCH_TYPES
 
 #: A prompt rendered from this many characters or more is heavy (about a second of CPU per MB to render and
 #: count): such renders run a few at a time (Runtime.heavy_renders).
@@ -183,6 +185,8 @@ class Context:
     compact_threshold: int | None
     #: The request's MCP servers, their listings and the tools they offer (None: no mcp tool).
     mcp: McpContext | None = None
+    #: The request's hosted tools this server runs (file_search, web_search), offered beside the MCP tools.
+    hosted: HostedRequest = field(default_factory=HostedRequest)
     #: Its input ended with a compaction_trigger: compact first, whatever the size.
     compaction_trigger: bool = False
     #: The reasoning effort a configuration_update of the context sets where the request sets none (None: none).
@@ -224,9 +228,12 @@ async def gather_context(
     # A chain may switch models between turns: each turn is rendered with its own model's template.
     renderer = await renderer_for(runtime, model)
     servers = parse_servers(request.tools, tenant, runtime)
-    mcp_choice = isinstance(request.tool_choice, dict) and request.tool_choice.get("type") == "mcp"
+    hosted = parse_hosted(request.tools, request.include, runtime.settings)
+    await check_stores(hosted, runtime.database, tenant)
+    choice_type = request.tool_choice.get("type") if isinstance(request.tool_choice, dict) else None
+    mcp_choice = choice_type == "mcp" or choice_type == FILE_SEARCH or choice_type in WEB_SEARCH_TYPES
     # Checked first without the MCP servers' tools (not listed yet): a choice that needs them waits for them.
-    waits = mcp_choice or (bool(servers) and request.tool_choice == "required")
+    waits = mcp_choice or (bool(servers or hosted.offered) and request.tool_choice == "required")
     # Off the event loop: a forced call converts every tool's schema to a grammar.
     tools = await asyncio.to_thread(
         resolve_tools,
@@ -234,6 +241,7 @@ async def gather_context(
         None if waits else request.tool_choice,
         strict=runtime.settings.strict_tools,
         dialect=renderer.dialect,
+        hosted_types=hosted.types,
     )
     items = normalize_input(request.input, trigger=True)
     # The trigger is no item of the context: the compaction item it leads to is what a response keeps of it.
@@ -255,10 +263,13 @@ async def gather_context(
     if approved:
         (mcp or McpContext()).take_approved(approved)
     found = searched_tools([item for turn in listed for item in (*turn.input_items, *turn.output_items)], request.tools)
+    if hosted.offered and mcp is None:
+        mcp = McpContext()  # the tool loop runs the hosted tools' calls as it runs MCP ones
     if mcp is not None or mcp_choice or found:
-        # Again, with the MCP servers' tools offered beside the functions (and tool_choice naming one of them),
-        # and the tools the client's tool searches found after them (NOTE: a 400 names those past the request's).
-        offered = mcp.offered if mcp is not None else []
+        # Again, with the MCP servers' tools and the hosted tools offered beside the functions (and tool_choice
+        # naming one of them), and the tools the client's tool searches found after them (NOTE: a 400 names those
+        # past the request's).
+        offered = [*(mcp.offered if mcp is not None else []), *hosted.offered]
         tools = await asyncio.to_thread(
             resolve_tools,
             [*(request.tools or []), *found],
@@ -266,6 +277,7 @@ async def gather_context(
             strict=runtime.settings.strict_tools,
             dialect=renderer.dialect,
             mcp=offered,
+            hosted_types=hosted.types,
         )
     where = "conversation" if history.conversation is not None else "previous_response_id"
     readable_history = open_history(runtime.sealer, tenant, history.turns, where)
@@ -303,6 +315,7 @@ async def gather_context(
         truncate=request.truncation == "auto",
         compact_threshold=threshold,
         mcp=mcp,
+        hosted=hosted,
         compaction_trigger=trigger,
         configured_effort=applied,
         input_transformations=withheld_reasoning(readable_history, readable_items, renderer.reasoning_tags),

@@ -127,6 +127,7 @@ async def _mcp_setup(
         prompt=prompt.to_payload(),
         answer_grammar=answer_grammar,
         max_calls=request.max_tool_calls or settings.mcp_max_calls,
+        hosted=context.hosted.config,
     )
     return setup.to_payload()
 

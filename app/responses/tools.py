@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,12 +23,16 @@ from app.generation.tool_calls import (
 from app.mcp.servers import redacted
 from app.schemas.tools import (
     CLIENT_TOOL_TYPES,
+    FILE_SEARCH,
     HOSTED_TOOL_TYPES,
+    WEB_SEARCH,
+    WEB_SEARCH_TYPES,
     CustomTool,
     FunctionChoice,
     FunctionTool,
     McpChoice,
     NamespaceTool,
+    hosted_label,
 )
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -139,7 +143,11 @@ def _with_prefix(error: ValidationError, param: str) -> InvalidRequest:
 
 
 def _functions_of(
-    tools: list[dict[str, Any]], *, strict: bool, mcp: Sequence[tuple[str, FunctionSpec]] = ()
+    tools: list[dict[str, Any]],
+    *,
+    strict: bool,
+    mcp: Sequence[tuple[str, FunctionSpec]] = (),
+    hosted_types: Collection[str] = (),
 ) -> tuple[list[FunctionSpec], list[str], dict[str, str]]:
     """The functions offered, the hosted tool types left out, and where each function's schema was sent (its
     `parameters`, or its custom format's `definition`), to name it in a 400."""
@@ -165,8 +173,10 @@ def _functions_of(
                 else:
                     functions.append(_function(member.model_dump(), where, namespace.name))
                     schema_params[functions[-1].name] = f"{where}.parameters"
-        elif kind == "mcp":
-            continue  # an MCP server's tools: listed and offered by app/responses/mcp_tools.py
+        elif kind == "mcp" or kind in hosted_types:
+            # An MCP server's tools (listed and offered by app/responses/mcp_tools.py), or a hosted tool this server
+            # runs (app/hosted_tools/setup.py): offered among `mcp`.
+            continue
         elif isinstance(kind, str) and kind in CLIENT_TOOL_TYPES and (typed := _tool_type(tool, param)) is not None:
             functions.append(typed)
             schema_params[typed.name] = f"{param}.parameters" if kind == "tool_search" else param
@@ -219,10 +229,12 @@ def resolve_tools(
     strict: bool,
     mcp: Sequence[tuple[str, FunctionSpec]] = (),
     dialect: str = CONVENTION.name,
+    hosted_types: Collection[str] = (),
 ) -> ToolSetup:
-    """`mcp`: the MCP servers' tools offered, as (server_label, function); `dialect`: the model family whose
-    syntax a forced call is written in (app/generation/dialects)."""
-    functions, ignored, schema_params = _functions_of(tools or [], strict=strict, mcp=mcp)
+    """`mcp`: the MCP servers' tools offered, as (server_label, function), the hosted tools this server runs
+    among them (under their `hosted:` labels; `hosted_types`: the tool types they came as); `dialect`: the model
+    family whose syntax a forced call is written in (app/generation/dialects)."""
+    functions, ignored, schema_params = _functions_of(tools or [], strict=strict, mcp=mcp, hosted_types=hosted_types)
     mcp_tools = {function.name: label for label, function in mcp}
     choice = tool_choice or "auto"
     if choice == "none":
@@ -246,6 +258,8 @@ def resolve_tools(
         return ToolSetup(functions, ignored, _forced(chosen, schema_params, dialect), mcp_tools)
     if isinstance(choice, dict) and choice.get("type") == "mcp":
         return ToolSetup(functions, ignored, _forced(_mcp_chosen(choice, mcp), schema_params, dialect), mcp_tools)
+    if isinstance(choice, dict) and (choice.get("type") == FILE_SEARCH or choice.get("type") in WEB_SEARCH_TYPES):
+        return ToolSetup(functions, ignored, _forced(_hosted_chosen(choice, mcp), schema_params, dialect), mcp_tools)
     if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
         kind = choice.get("type") if isinstance(choice, dict) else choice
         raise InvalidRequest(
@@ -265,6 +279,20 @@ def resolve_tools(
             code="invalid_value",
         )
     return ToolSetup(functions, ignored, _forced(chosen, schema_params, dialect), mcp_tools)
+
+
+def _hosted_chosen(choice: dict[str, Any], mcp: Sequence[tuple[str, FunctionSpec]]) -> list[FunctionSpec]:
+    """tool_choice {type: "file_search"} (or a web_search type): a call of that hosted tool, which must be offered."""
+    name = FILE_SEARCH if choice["type"] == FILE_SEARCH else WEB_SEARCH
+    chosen = [function for label, function in mcp if label == hosted_label(name)]
+    if not chosen:
+        raise InvalidRequest(
+            f"tool_choice names the '{choice['type']}' tool, which is not among the tools this server runs"
+            + (" (its operator configured no web search backend)." if name == WEB_SEARCH else "."),
+            param="tool_choice.type",
+            code="invalid_value",
+        )
+    return chosen
 
 
 def _mcp_chosen(choice: dict[str, Any], mcp: Sequence[tuple[str, FunctionSpec]]) -> list[FunctionSpec]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -165,3 +165,22 @@ class ShellCallCommandDeltaEvent(ResponseEvent):
     output_index: int
     command_index: int
     delta: str
+
+
+class HostedCallEvent(ResponseEvent):
+    """response.file_search_call.in_progress / searching / completed and response.web_search_call.in_progress /
+    searching / completed: a hosted tool call's progress."""
+
+    item_id: str
+    output_index: int
+
+
+class AnnotationAddedEvent(ResponseEvent):
+    """A citation on a message's output_text (file_citation, url_citation), before its text's `done`."""
+
+    type: Literal["response.output_text.annotation.added"] = "response.output_text.annotation.added"
+    item_id: str
+    output_index: int
+    content_index: int
+    annotation_index: int
+    annotation: dict[str, Any]

@@ -26,6 +26,7 @@ from app.schemas.client_tool_items import (
     ToolSearchCallItem,
     ToolSearchOutputItem,
 )
+from app.schemas.hosted_items import StoredFileSearchCall, StoredWebSearchCall
 from app.schemas.item_ids import ClientId, ItemStatus, Role
 
 
@@ -322,6 +323,8 @@ ITEM_KINDS = {
     "local_shell_call_output",
     "tool_search_call",
     "tool_search_output",
+    "file_search_call",
+    "web_search_call",
 }
 #: Item types that call a tool, and the ones that answer such a call (matched by call_id).
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"}) | CLIENT_CALL_TYPES
@@ -359,6 +362,8 @@ InputItem = Annotated[
     | Annotated[LocalShellCallOutputItem, Tag("item:local_shell_call_output")]
     | Annotated[ToolSearchCallItem, Tag("item:tool_search_call")]
     | Annotated[ToolSearchOutputItem, Tag("item:tool_search_output")]
+    | Annotated[StoredFileSearchCall, Tag("item:file_search_call")]
+    | Annotated[StoredWebSearchCall, Tag("item:web_search_call")]
     | Annotated[UnsupportedItem, Tag("item:unsupported")],
     Discriminator(_item_kind),
 ]
@@ -448,7 +453,9 @@ Item = Annotated[
     | Annotated[StoredLocalShellCall, Tag("item:local_shell_call")]
     | Annotated[StoredLocalShellCallOutput, Tag("item:local_shell_call_output")]
     | Annotated[StoredToolSearchCall, Tag("item:tool_search_call")]
-    | Annotated[StoredToolSearchOutput, Tag("item:tool_search_output")],
+    | Annotated[StoredToolSearchOutput, Tag("item:tool_search_output")]
+    | Annotated[StoredFileSearchCall, Tag("item:file_search_call")]
+    | Annotated[StoredWebSearchCall, Tag("item:web_search_call")],
     Discriminator(_stored_kind),
 ]
 

@@ -22,6 +22,26 @@ HOSTED_TOOL_TYPES = frozenset(
         "computer",
     }
 )
+#: The hosted tools this server runs itself when a request (file_search) or its operator (web_search) makes them
+#: usable: each offered to the model as a function of this name, its calls made between rounds of the tool loop
+#: under a server_label no MCP server can have (labels take no colon), and returned as the SDK's item of its type.
+FILE_SEARCH = "file_search"
+WEB_SEARCH = "web_search"
+HOSTED_LABEL_PREFIX = "hosted:"
+WEB_SEARCH_TYPES = frozenset(
+    {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26"}
+)
+
+
+def hosted_label(tool: str) -> str:
+    return f"{HOSTED_LABEL_PREFIX}{tool}"
+
+
+def hosted_tool_of(server_label: str) -> str | None:
+    """The hosted tool (file_search, web_search) a call's server_label names; None for an MCP server's."""
+    return server_label.removeprefix(HOSTED_LABEL_PREFIX) if server_label.startswith(HOSTED_LABEL_PREFIX) else None
+
+
 #: Tool types the client runs: offered to the model, their calls returned as the SDK's item of that type. Those
 #: forms of them that run on OpenAI's side (a shell in a hosted container, a tool_search without
 #: `execution: "client"`) are left out like HOSTED_TOOL_TYPES.

@@ -15,6 +15,7 @@ from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
 from app.generation.runner import ModelRunner
 from app.generation.types import ContextTooLong, Finish, GenerationFailed, GenerationOutput, PromptRenderer, ScoredPiece
+from app.hosted_tools.calls import HostedCaller
 from app.ids import new_id
 from app.jobs.executor import JobExecutor
 from app.limits.limiter import TenantRateLimits
@@ -254,5 +255,6 @@ def in_process_queue(
         lease_s=settings.lease_s,
         charge_tokens=charge,
         mcp=McpCaller.from_settings(settings, database),
+        hosted=HostedCaller(database, settings),
     )
     return InProcessQueue(executor, bus, places=places)

@@ -93,6 +93,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.secrets",
     },
     "app.jobs": {
+        "app.hosted_tools",
         "app.config",
         "app.conversations",
         "app.db",
@@ -121,6 +122,7 @@ ALLOWED: dict[str, set[str]] = {
         "app.tenants",
     },
     "app.responses": {
+        "app.hosted_tools",
         "app.api",
         "app.config",
         "app.conversations",
@@ -206,6 +208,17 @@ ALLOWED: dict[str, set[str]] = {
         "app.webhooks",
     },
     "app.retrieval": {"app.config", "app.db", "app.files", "app.generation", "app.ids", "app.read_cache"},
+    "app.hosted_tools": {
+        "app.config",
+        "app.db",
+        "app.errors",
+        "app.events",
+        "app.generation",
+        "app.outbound",
+        "app.read_cache",
+        "app.retrieval",
+        "app.schemas",
+    },
     "app.vector_stores": {
         "app.api",
         "app.db",
@@ -222,6 +235,7 @@ ALLOWED: dict[str, set[str]] = {
     "app.usage": {"app.api", "app.db", "app.errors", "app.keys", "app.quotas", "app.runtime", "app.tenants"},
     "app.console": set(),
     "worker": {
+        "app.hosted_tools",
         "app.config",
         "app.db",
         "app.generation",

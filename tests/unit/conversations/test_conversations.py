@@ -361,7 +361,7 @@ ORPHAN = {"type": "function_call_output", "call_id": "call_nope", "output": "x"}
 @pytest.mark.parametrize(
     ("item", "param", "code"),
     [
-        ({"type": "web_search_call", "id": "ws_1"}, "items[1].type", "unsupported_item_type"),
+        ({"type": "computer_call", "id": "cu_1"}, "items[1].type", "unsupported_item_type"),
         ({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}, "items[1].content[0].type", None),
         ({"role": "user", "content": [{"type": "output_text", "text": "x"}]}, "items[1].content[0].type", None),
         (ORPHAN, "items[1].call_id", "invalid_value"),

@@ -1,0 +1,7 @@
+"""Why a hosted tool's call failed: the message its item's failure carries, and the model reads."""
+
+from __future__ import annotations
+
+
+class HostedCallFailed(Exception):
+    pass
