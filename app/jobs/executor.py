@@ -8,6 +8,7 @@ from app.generation.job import GenerationJob
 from app.generation.runner import ModelRunner
 from app.jobs.execution import JobExecution, TokenCharge
 from app.jobs.lease import DEFAULT_LEASE_S
+from app.lifecycle.effects import require_registered
 from app.mcp.calls import McpCaller
 from app.transport.base import EventBus
 
@@ -27,6 +28,9 @@ class JobExecutor:
         charge_tokens: TokenCharge | None = None,
         mcp: McpCaller | None = None,
     ) -> None:
+        # A job's end runs the effects its process registered at start-up: none may be missing (fail here, not
+        # at the first end).
+        require_registered()
         self.runner = runner
         #: Calls the MCP servers of the jobs that name some (None: their calls fail).
         self.mcp = mcp
