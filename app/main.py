@@ -19,9 +19,11 @@ from app.batches.advance import advance_batches
 from app.config import Settings
 from app.console.endpoints import mount_console
 from app.conversations import endpoints as conversations
+from app.conversations import repository as conversation_rows
 from app.db import migrations
 from app.db.session import Database
 from app.embeddings import endpoints as embeddings_api
+from app.end_effects import register_end_effects
 from app.files import endpoints as files
 from app.generation.embeddings.base import Embedder
 from app.generation.embeddings.models import EmbeddingModels, load_embedding_models
@@ -144,6 +146,16 @@ async def build_generation(
     return renderers, InProcessQueue(executor, bus, places=concurrency(settings))
 
 
+async def release_unstored_turns(database: Database) -> int:
+    """Embedded mode at start-up: the conversations that `store: false` turns of a previous run held are free at
+    once (not after their claims' lease): no turn of that run runs any more. How many there were."""
+    async with database.transaction() as session:
+        claims = await conversation_rows.release_unstored_claims(session)
+    if claims:
+        logger.warning("freed %d conversations that unstored responses of a previous run held", claims)
+    return claims
+
+
 def create_app(
     settings: Settings | None = None,
     generation: GenerationFactory | None = None,
@@ -161,6 +173,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # An allow-list that cannot be used stops the start-up before anything runs (AllowedHostsInvalid says why).
         AllowedHosts.parse(settings.outbound_allowed_hosts)
+        # Before anything that can end a response (the executor, the reconciler, a cancel).
+        register_end_effects()
         if not database_ready:
             await migrations.prepare_database(settings)
         database = Database.connect(settings.database_url)
@@ -215,6 +229,7 @@ def create_app(
             # NOTE: embedded mode runs one server per database, so whatever is still generating is ours and lost:
             # reconciled at once (taken over, or ended), before the first request can read it as in progress.
             orphans = await release_unfinished_responses(database)
+            await release_unstored_turns(database)
             if orphans:
                 logger.warning("%d responses were left generating by a previous run: reconciling them", orphans)
                 await reconciler.run_round()

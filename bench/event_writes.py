@@ -43,6 +43,7 @@ from app.db.migrations import upgrade_to_head
 from app.db.models import ResponseRow
 from app.jobs import event_batches
 from app.jobs import repository as jobs
+from app.lifecycle.transitions import Holder
 from app.main import create_app
 from app.testing.databases import fresh_postgres_database
 from app.testing.fakes import FakeRenderer, FakeRunner, fake_generation
@@ -206,7 +207,7 @@ async def _writer(
 ) -> tuple[int, int]:
     """One run storing its events in batches of `batch`, as JobExecution does, until `deadline`: (events, writes)."""
     number = position = 0
-    holder = jobs.Holder(owner="bench", attempt=1)
+    holder = Holder(owner="bench", attempt=1)
     while time.monotonic() < deadline:
         payloads = [{**DELTA, "sequence_number": number + offset} for offset in range(batch)]
         step = jobs.ProgressStep(position=position, pieces=[" bread"] * batch, ids=[])

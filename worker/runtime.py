@@ -13,6 +13,7 @@ from arq.worker import Worker
 
 from app.config import Settings
 from app.db.session import Database
+from app.end_effects import register_end_effects
 from app.generation.embeddings.models import load_embedding_models
 from app.generation.embeddings.pool import LocalEmbeddings
 from app.generation.model_pool import ModelPool
@@ -73,6 +74,7 @@ class WorkerRuntime:
         embedding_models: Sequence[str] = (),
     ) -> WorkerRuntime:
         """Load the models (before the first heartbeat: a live worker is one that can generate), then connect."""
+        register_end_effects()  # before the executor and the reconciler, which end responses
         registry = load_registry(settings)
         pool = ModelPool.from_settings(settings, registry)
         embeddings = None

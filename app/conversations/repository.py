@@ -155,6 +155,17 @@ async def release_unstored_claims(session: AsyncSession) -> int:
     return int(getattr(await session.execute(query), "rowcount", 0))
 
 
+async def release_claim_of(session: AsyncSession, response_id: str) -> None:
+    """End the claim `response_id` holds, on whichever conversation (a response whose end does not know its
+    conversation: a foreground one a reconciler ended, its job dropped by its claim)."""
+    await session.execute(
+        update(ConversationRow)
+        .where(ConversationRow.active_response_id == response_id)
+        .values(active_response_id=None, locked_at=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
 async def release(session: AsyncSession, conversation_id: str, response_id: str) -> None:
     await session.execute(
         update(ConversationRow)

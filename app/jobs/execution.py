@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Database
 from app.errors import is_outage
@@ -34,9 +35,10 @@ from app.jobs.event_batches import EventBatch, Payload
 from app.jobs.final_state import (
     add_cache_diagnostics,
     final_values,
-    record_final_items,
-    record_unstored_usage,
+    record_unstored_end,
     row_verdict,
+    turn_of,
+    unstored_ending,
 )
 from app.jobs.lease import DEFAULT_LEASE_S, UNSTORED_RUN, Claim, JobLease, LeaseLost
 from app.jobs.preemption import Preempted, until_preempted
@@ -47,6 +49,8 @@ from app.jobs.takeover import continued_job, counted
 from app.jobs.telemetry import JobObserver
 from app.jobs.tool_loop import LoopRun, RoundOutlet, ToolLoop
 from app.jobs.writes import publish_quietly, store_with_retries
+from app.lifecycle import transitions
+from app.lifecycle.effects import diagnose_cache
 from app.mcp.calls import McpCaller
 from app.schemas.events import ResponseEvent
 from app.schemas.responses import ResponseObject
@@ -162,15 +166,21 @@ class JobExecution:
     async def _store(self, payloads: list[Payload], final: ResponseObject | None, step: ProgressStep | None) -> None:
         """One transaction: the events (kept ones), the progress or the final state, while the lease holds."""
         async with self.database.transaction() as session:
-            if self.lease is not None:
-                if final is not None:
-                    await self.lease.finish(session, final_values(final), generation_s=self.observer.generation_s())
-                else:
-                    await self.lease.renew(session, step)
+            if final is not None:
+                await self._end_in(session, final)
+            elif self.lease is not None:
+                await self.lease.renew(session, step)
             if self.job.keep_events:
                 await repository.insert_events(session, self.job.response_id, payloads)
-            if final is not None:
-                await record_final_items(session, self.job, final)
+
+    async def _end_in(self, session: AsyncSession, final: ResponseObject) -> None:
+        """The response's end in `session`, through the lifecycle's ended step: a stored one's final state while
+        the lease holds (LeaseLost otherwise), a `store: false` one's turn on its conversation."""
+        generation_s = self.observer.generation_s()
+        if self.lease is not None:
+            await self.lease.finish(session, final_values(final), turn=turn_of(self.job), generation_s=generation_s)
+        elif self.job.conversation_id is not None:
+            await transitions.end_unstored(session, unstored_ending(self.job, final, generation_s))
 
     async def _emit(
         self, events: list[ResponseEvent], *, final: ResponseObject | None = None, at_once: bool = False
@@ -214,8 +224,8 @@ class JobExecution:
             events = self.assembler.finish(output, completed_at=int(time.time()))
         self.observer.finished(self.assembler.response.status, output if isinstance(output, Finish) else None)
         keeps_state = self.job.store or self.job.conversation_id is not None
-        if self.lease is None:  # a stored response's usage is added with its final state (repository._ended)
-            await record_unstored_usage(self.database, self.job, self.assembler.response, self.observer.generation_s())
+        if not keeps_state:  # the others end in their final write (_end_in)
+            await record_unstored_end(self.database, self.job, self.assembler.response, self.observer.generation_s())
         first = self._first_unsent(events)
         try:
             await self._emit(events, final=self.assembler.response if keeps_state else None)
@@ -251,6 +261,7 @@ class JobExecution:
         """The final commit failed: end the response failed so that it does not hang, with the output so far
         (none of the final events went out, nor those still waiting, which go first): the items it opened end
         `incomplete`, then `error` and `response.failed`, whose response is the row GET reads."""
+        unfinished.response.prompt_cache_diagnostics = diagnose_cache(self.job.cache_comparison, None)
         events = unfinished.fail(STORE_FAILED_MESSAGE)
         failed = unfinished.response
         first = self._first_unsent(events)
@@ -258,8 +269,7 @@ class JobExecution:
 
         async def store() -> None:
             async with self.database.transaction() as session:
-                if self.lease is not None:
-                    await self.lease.finish(session, final_values(failed), generation_s=self.observer.generation_s())
+                await self._end_in(session, failed)
                 if self.job.keep_events:
                     await repository.insert_events(session, self.job.response_id, payloads)
 

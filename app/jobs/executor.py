@@ -9,6 +9,7 @@ from app.generation.runner import ModelRunner
 from app.hosted_tools.calls import HostedCaller
 from app.jobs.execution import JobExecution, TokenCharge
 from app.jobs.lease import DEFAULT_LEASE_S
+from app.lifecycle.effects import require_registered
 from app.mcp.calls import McpCaller
 from app.transport.base import EventBus
 
@@ -29,6 +30,9 @@ class JobExecutor:
         mcp: McpCaller | None = None,
         hosted: HostedCaller | None = None,
     ) -> None:
+        # A job's end runs the effects its process registered at start-up: none may be missing (fail here, not
+        # at the first end).
+        require_registered()
         self.runner = runner
         #: Calls the MCP servers of the jobs that name some (None: their calls fail).
         self.mcp = mcp

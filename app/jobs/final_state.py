@@ -1,6 +1,6 @@
-"""A response's final state: the columns it sets on its row; what it adds beside the row in the same transaction
-(its output items indexed by id, for item_reference, and its turn on its conversation); and, when our final write
-lost to whoever ended it first, the terminal event they stored or that the row stands for."""
+"""A response's final state: the columns it sets on its row, what the lifecycle's ended step is told beside them
+(its conversation turn; a `store: false` response's end, which has no row); and, when our final write lost to
+whoever ended it first, the terminal event they stored or that the row stands for."""
 
 from __future__ import annotations
 
@@ -8,18 +8,14 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from app.conversations import turns
 from app.db.session import Database
 from app.events.terminal import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, terminal_event
 from app.generation.job import GenerationJob
 from app.generation.types import Finish, GenerationFailed
-from app.items import repository as items
 from app.jobs import repository
-from app.prompt_cache.diagnosis import job_diagnostics
+from app.lifecycle import transitions
+from app.lifecycle.effects import Ending, TurnEnd, diagnose_cache
 from app.schemas.responses import ResponseObject
-from app.usage import repository as usage
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +24,7 @@ def add_cache_diagnostics(job: GenerationJob, response: ResponseObject, output: 
     """The response's prompt_cache_diagnostics (when its request named a comparison_response_id), from what the
     engine reused of its prompt: set before its final events are built, so that they carry them."""
     usage = (output.prompt_tokens, output.cached_tokens) if isinstance(output, Finish) else None
-    response.prompt_cache_diagnostics = job_diagnostics(job.cache_comparison, usage)
+    response.prompt_cache_diagnostics = diagnose_cache(job.cache_comparison, usage)
 
 
 def final_values(response: ResponseObject) -> dict[str, Any]:
@@ -46,14 +42,31 @@ def final_values(response: ResponseObject) -> dict[str, Any]:
     }
 
 
-async def record_final_items(session: AsyncSession, job: GenerationJob, final: ResponseObject) -> None:
-    output = [item.model_dump(mode="json") for item in final.output]
-    if job.store:
-        await items.index_output_items(session, job.response_id, output)
-    if job.conversation_id is not None:
-        await turns.finish(
-            session, job.conversation_id, job.response_id, final.status, [*job.conversation_input, *output]
-        )
+def turn_of(job: GenerationJob) -> TurnEnd | None:
+    """The conversation turn the job's end finishes (None: it runs on no conversation)."""
+    if job.conversation_id is None:
+        return None
+    return TurnEnd(job.conversation_id, list(job.conversation_input))
+
+
+def unstored_ending(job: GenerationJob, final: ResponseObject, generation_s: float) -> Ending:
+    """The end of a `store: false` response (it has no row to read it from)."""
+    created_at = job.response.get("created_at")
+    created = datetime.fromtimestamp(created_at, UTC) if isinstance(created_at, int | float) else datetime.now(UTC)
+    return Ending(
+        response_id=job.response_id,
+        tenant=job.tenant,
+        model=final.model,
+        status=final.status,
+        output=[item.model_dump(mode="json") for item in final.output],
+        usage=final.usage.model_dump(mode="json") if final.usage else None,
+        created_at=created,
+        stored=False,
+        background=bool(job.response.get("background")),
+        job_class=job.job_class,
+        turn=turn_of(job),
+        generation_s=generation_s,
+    )
 
 
 async def row_verdict(database: Database, job: GenerationJob, sequence_number: int) -> dict[str, Any] | None:
@@ -74,22 +87,14 @@ async def row_verdict(database: Database, job: GenerationJob, sequence_number: i
         return None
 
 
-async def record_unstored_usage(
+async def record_unstored_end(
     database: Database, job: GenerationJob, final: ResponseObject, generation_s: float
 ) -> None:
-    """A `store: false` response's usage (it has no row whose final write could add it), in a unit of work of its
-    own, before its end is sent. NOTE: a failure is logged and dropped: the response matters more than a count."""
-    created_at = job.response.get("created_at")
-    created = datetime.fromtimestamp(created_at, UTC) if isinstance(created_at, int | float) else datetime.now(UTC)
-    entry = usage.entry_of(
-        tenant=job.tenant,
-        model=final.model,
-        day=created.date(),
-        usage=final.usage.model_dump(mode="json") if final.usage else None,
-        generation_s=generation_s,
-    )
+    """The end of a `store: false` response on no conversation (one on a conversation ends in its turn's final
+    write), in a unit of work of its own, before its end is sent. NOTE: a failure is logged and dropped: the
+    response matters more than a count."""
     try:
         async with database.transaction() as session:
-            await usage.add(session, entry)
+            await transitions.end_unstored(session, unstored_ending(job, final, generation_s))
     except Exception as error:
-        logger.warning("could not count the usage of %s: %s", job.response_id, error)
+        logger.warning("could not record the end of %s: %s", job.response_id, error)

@@ -1,7 +1,7 @@
 """Who owns a stored job, decided in one place: a run claims it under a lease (owner + expiry), renews it while it
 generates (with each batch it stores, and on a heartbeat), hands it over when its process stops, and finishes it.
 Every one of these is a conditional write on the response's row, made in the caller's transaction beside what it
-stores, and fenced by the claim's attempt (repository.Holder), so that a takeover and a late first run never both
+stores, and fenced by the claim's attempt (lifecycle's Holder), so that a takeover and a late first run never both
 store, even where both runs are in one process."""
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from app.db.session import Database
 from app.generation.runner import GenerationRun
 from app.jobs import repository
 from app.jobs.progress import ProgressLog
-from app.jobs.repository import Holder, Progress, ProgressStep
+from app.jobs.repository import Progress, ProgressStep
+from app.lifecycle import transitions
+from app.lifecycle.effects import TurnEnd
+from app.lifecycle.transitions import Holder
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class JobLease:
         self.lease_s = lease_s
         #: Keep the stored job after the claim, for a later takeover (background jobs).
         self.keep_job = keep_job
-        #: Set by the claim: every later write is fenced by it (repository.Holder).
+        #: Set by the claim: every later write is fenced by it (lifecycle's Holder).
         self._claimed_by: Holder | None = None
         #: When (time.monotonic) the lease last written runs out at the latest, by this process's clock.
         self._runs_out_at = time.monotonic() + lease_s
@@ -80,7 +83,7 @@ class JobLease:
         """Take the job (queued, or in progress with an expired lease): None when it was cancelled, has ended, or
         another worker holds it."""
         self._runs_out_at = time.monotonic() + self.lease_s  # read before the write: never later than its expiry
-        row = await repository.claim(
+        row = await transitions.claim(
             session,
             self.response_id,
             owner=self.owner,
@@ -121,11 +124,14 @@ class JobLease:
                 return await repository.cancel_requested(session, self.response_id, holder=self.holder)
         return False
 
-    async def finish(self, session: AsyncSession, values: dict[str, Any], *, generation_s: float = 0.0) -> None:
-        """Store the final state (`values`: final_state.final_values; `generation_s`: how long this run generated,
-        for usage); LeaseLost when it is not ours."""
-        ended = await repository.finish_held(
-            session, self.response_id, holder=self.holder, values=values, generation_s=generation_s
+    async def finish(
+        self, session: AsyncSession, values: dict[str, Any], *, turn: TurnEnd | None, generation_s: float = 0.0
+    ) -> None:
+        """Store the final state (`values`: final_state.final_values; `turn`: the conversation it ends a turn of;
+        `generation_s`: how long this run generated, for usage), through the lifecycle's ended step; LeaseLost
+        when it is not ours."""
+        ended = await transitions.end_held(
+            session, self.response_id, holder=self.holder, values=values, turn=turn, generation_s=generation_s
         )
         if not ended:
             raise LeaseLost(self.response_id)
@@ -143,9 +149,10 @@ class JobLease:
         """Give the job back to the queue now (preempted), with the progress the next run goes on from: whether
         it was still ours. Unlike a hand-over its lease does not expire: the response is `queued` again, so the
         reconciler leaves it to the queue that holds it."""
-        return await repository.hand_back(
-            session, self.response_id, holder=self.holder, now=utc_now(), progress=progress
-        )
+        if not await transitions.hand_back(session, self.response_id, holder=self.holder, now=utc_now()):
+            return False
+        await repository.append_progress(session, self.response_id, progress)
+        return True
 
     async def heartbeat(self, database: Database, generation: GenerationRun, progress: ProgressLog | None) -> None:
         """Renews the lease every third of it until cancelled; a failed renewal is retried next beat. A lost lease

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.config import Settings
-from app.conversations import repository as conversations
 from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.db.session import Database
@@ -21,9 +20,11 @@ from app.events.terminal import terminal_event
 from app.generation.job import GenerationJob
 from app.generation.types import Finish
 from app.jobs import repository as jobs
-from app.jobs.final_state import final_values
+from app.jobs.final_state import final_values, turn_of
 from app.jobs.progress import replay_progress
 from app.jobs.writes import publish_quietly
+from app.lifecycle import transitions
+from app.lifecycle.effects import TurnEnd, diagnose_cache, require_registered
 from app.schemas.events import ErrorEvent
 from app.transport.base import EventBus, GenerationQueue
 
@@ -73,14 +74,17 @@ def _ending(
     """The columns that end the response as `status`, and the events before its terminal one: with stored
     progress, the output so far (the last run's assembler rebuilt from it) and the `done` events of the items it
     had opened, so that a stream reader sees each item end (and `error` before `response.failed`)."""
-    values: dict[str, Any] = {"status": status, "error": error}
-    if row.job is None or progress is None or not progress.pieces:
+    job = None if row.job is None else GenerationJob.from_payload(row.job)
+    # Its prompt-cache diagnostics with no usage (the job's comparison: none known once a claim dropped the job).
+    diagnostics = None if job is None else diagnose_cache(job.cache_comparison, None)
+    values: dict[str, Any] = {"status": status, "error": error, "prompt_cache_diagnostics": diagnostics}
+    if job is None or progress is None or not progress.pieces:
         # Nothing said, nothing open; a failure still says why before `response.failed`.
         said = [] if error is None else [ErrorEvent(sequence_number=0, code=error["code"], message=error["message"])]
         return values, [event.model_dump(mode="json") for event in said]
-    job = GenerationJob.from_payload(row.job)
     replay = replay_progress(job, progress)
     assembler = replay.assembler
+    assembler.response.prompt_cache_diagnostics = diagnostics
     if status == "failed":
         assert error is not None
         events = assembler.fail(error["message"], code=error["code"])
@@ -109,7 +113,7 @@ async def end_response(
         if row is None:  # held (its worker ends it) or ended: nothing to rebuild
             return None
         values, closing = _ending(row, await jobs.progress_of(session, response_id), status, error)
-        if not await jobs.end_unheld(session, response_id, now=now, values=values):
+        if not await transitions.end_unheld(session, response_id, now=now, values=values, turn=_turn(row)):
             return None
         row = await jobs.reload(session, response_id)
         if row is None:
@@ -127,6 +131,12 @@ async def end_response(
         for event in events:
             await publish_quietly(bus, response_id, event)
     return events[-1]
+
+
+def _turn(row: ResponseRow) -> TurnEnd | None:
+    """The conversation turn a response nobody holds ends, as its stored job says; None when it runs on none, or
+    when its claim dropped its job (a foreground one): the conversation's claim names it then."""
+    return None if row.job is None else turn_of(GenerationJob.from_payload(row.job))
 
 
 def _resumable(row: ResponseRow, progress: jobs.Progress | None) -> bool:
@@ -149,6 +159,9 @@ class Reconciler:
     queue: GenerationQueue
     policy: RecoveryPolicy
     _cursor: tuple[datetime, str] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        require_registered()  # the ends it makes run the effects registered at start-up: none may be missing
 
     async def run_round(self) -> RoundReport:
         now = utc_now()
@@ -179,7 +192,7 @@ class Reconciler:
         if resumable and lost_runs < self.policy.max_attempts:
             assert row.job is not None
             async with self.database.transaction() as session:
-                released = await jobs.release_for_takeover(session, row.id, now=now)
+                released = await transitions.release_for_takeover(session, row.id, now=now)
             if released:
                 logger.warning("response %s lost its worker %s: enqueued again", row.id, row.lease_owner)
                 # If this fails (the queue is down), the queued row is found by a later round's _requeue_lost.
@@ -236,11 +249,7 @@ class Reconciler:
 async def release_unfinished_responses(database: Database) -> int:
     """Embedded mode at start-up: the generations a previous run left in progress are lost with it; their leases
     end now, for reconciliation to take each over (a background job with tries left) or end it as it ends any
-    lost run (the output so far kept, a terminal event stored, the job dropped), and the conversations that its
-    `store: false` turns held are free at once (not after their claims' lease). How many leases there were."""
+    lost run (the output so far kept, a terminal event stored, the job dropped). How many leases there were. (The
+    conversations its `store: false` turns held are the start-up's to free: app/main.py.)"""
     async with database.transaction() as session:
-        leases = await jobs.expire_leases(session)
-        claims = await conversations.release_unstored_claims(session)
-    if claims:
-        logger.warning("freed %d conversations that unstored responses of a previous run held", claims)
-    return leases
+        return await jobs.expire_leases(session)

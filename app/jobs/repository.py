@@ -1,5 +1,5 @@
-"""Queries on generation jobs: claims, leases and their renewal, progress, events, cancel requests, reconciliation
-pages.
+"""Queries on generation jobs: lease renewals, progress, events, cancel and steer requests, reconciliation pages.
+A response's status changes (the claim, a release, a hand-back, its end) are app/lifecycle's.
 
 Every write here is conditional, so that a worker, a reconciler and a cancel racing on one response settle it
 once: whoever's update matched the row won; the others see a rowcount of 0 and back off.
@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, null, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
-from app.usage import repository as usage
-from app.webhooks.outbox import record_response_end
+from app.lifecycle.transitions import Holder, held_by, unheld, update_row
 
 #: One entry of a job's progress: a text piece as the model produced it, or (a JSON object) a step of its tool
 #: loop between two pieces (app/jobs/progress.py's round and call entries).
@@ -42,66 +41,7 @@ class Progress:
     rows: int
 
 
-def _unheld(now: datetime) -> ColumnElement[bool]:
-    """Queued, or in progress with no live lease (its worker died, or the reconciler released it)."""
-    return or_(
-        ResponseRow.status == "queued",
-        and_(
-            ResponseRow.status == "in_progress",
-            or_(
-                ResponseRow.lease_owner.is_(None),
-                ResponseRow.lease_expires_at.is_(None),
-                ResponseRow.lease_expires_at < now,
-            ),
-        ),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds a job's lease: the owning process, and the attempt its claim began (the fencing token). The
-    attempt tells two runs of one process apart: a run frozen past its lease (SIGSTOP, a VM stall, a network
-    partition) whose job the same process has since claimed again must not write beside the new run."""
-
-    owner: str
-    attempt: int
-
-
-def _held_by(holder: Holder) -> ColumnElement[bool]:
-    return and_(
-        ResponseRow.status == "in_progress",
-        ResponseRow.lease_owner == holder.owner,
-        ResponseRow.attempts == holder.attempt,
-    )
-
-
-async def _update(session: AsyncSession, values: dict[str, Any], *conditions: ColumnElement[bool]) -> bool:
-    query = update(ResponseRow).where(*conditions).values(**values).execution_options(synchronize_session=False)
-    result = await session.execute(query)
-    return int(getattr(result, "rowcount", 0)) == 1
-
-
-async def claim(
-    session: AsyncSession, response_id: str, *, owner: str, now: datetime, lease_until: datetime, keep_job: bool
-) -> ResponseRow | None:
-    """Take the job (queued, or in progress with an expired lease) under a lease; the row as claimed, or None
-    when someone else holds it or it has ended. `keep_job`: keep the stored job for a later takeover."""
-    values: dict[str, Any] = {
-        "status": "in_progress",
-        "heartbeat_at": now,
-        "lease_owner": owner,
-        "lease_expires_at": lease_until,
-        "attempts": ResponseRow.attempts + 1,
-    }
-    if not keep_job:
-        values["job"] = null()  # SQL NULL: a JSON column would store None as the JSON value null
-    if not await _update(session, values, ResponseRow.id == response_id, _unheld(now)):
-        return None
-    row = await session.get(ResponseRow, response_id, populate_existing=True)
-    return row
-
-
-async def _append_progress(session: AsyncSession, response_id: str, progress: ProgressStep | None) -> None:
+async def append_progress(session: AsyncSession, response_id: str, progress: ProgressStep | None) -> None:
     if progress is not None:
         session.add(
             GenerationProgressRow(
@@ -125,9 +65,9 @@ async def renew(
     values: dict[str, Any] = {"heartbeat_at": now}
     if lease_until is not None:
         values["lease_expires_at"] = lease_until
-    if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
+    if not await update_row(session, values, ResponseRow.id == response_id, held_by(holder)):
         return False, False, False
-    await _append_progress(session, response_id, progress)
+    await append_progress(session, response_id, progress)
     query = select(ResponseRow.cancel_requested_at, ResponseRow.steer_requested_at).where(ResponseRow.id == response_id)
     asked = (await session.execute(query)).one_or_none()
     if asked is None:
@@ -137,7 +77,7 @@ async def renew(
 
 async def cancel_requested(session: AsyncSession, response_id: str, *, holder: Holder) -> bool:
     """Whether a cancel is stored for the response while `holder` holds it (a read: no write, no lock)."""
-    query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id, _held_by(holder))
+    query = select(ResponseRow.cancel_requested_at).where(ResponseRow.id == response_id, held_by(holder))
     return (await session.execute(query)).scalar_one_or_none() is not None
 
 
@@ -158,52 +98,6 @@ async def progress_of(session: AsyncSession, response_id: str) -> Progress | Non
     )
 
 
-async def _drop_progress(session: AsyncSession, response_id: str) -> None:
-    await session.execute(delete(GenerationProgressRow).where(GenerationProgressRow.response_id == response_id))
-
-
-async def _ended(session: AsyncSession, response_id: str, *, generation_s: float = 0.0) -> None:
-    """What follows a response's end in the same unit of work, whoever ended it: its progress dropped, its webhook
-    event written to the outbox and its usage added to its tenant's day (committed with the final state, or not at
-    all). `generation_s`: how long the run that ended it generated (0 when nobody was running it)."""
-    await _drop_progress(session, response_id)
-    query = select(
-        ResponseRow.tenant,
-        ResponseRow.status,
-        ResponseRow.background,
-        ResponseRow.job_class,
-        ResponseRow.model,
-        ResponseRow.usage,
-        ResponseRow.created_at,
-    ).where(ResponseRow.id == response_id)
-    tenant, status, background, job_class, model, used, created_at = (await session.execute(query)).one()
-    # A batch line runs as a background response, but nobody asked for its events: its batch's end is announced.
-    announced = background and job_class != "batch"
-    await record_response_end(session, tenant=tenant, response_id=response_id, status=status, background=announced)
-    entry = usage.entry_of(tenant=tenant, model=model, day=created_at.date(), usage=used, generation_s=generation_s)
-    await usage.add(session, entry)
-
-
-async def finish_held(
-    session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], generation_s: float = 0.0
-) -> bool:
-    """The final state of a response whose job `holder` still holds; the job and its progress are dropped."""
-    final = {**values, "job": null(), "lease_expires_at": None}
-    if not await _update(session, final, ResponseRow.id == response_id, _held_by(holder)):
-        return False
-    await _ended(session, response_id, generation_s=generation_s)
-    return True
-
-
-async def end_unheld(session: AsyncSession, response_id: str, *, now: datetime, values: dict[str, Any]) -> bool:
-    """End a response nobody holds (queued, or its lease expired): a cancel, or a reconciler's verdict."""
-    final = {**values, "job": null(), "lease_expires_at": None}
-    if not await _update(session, final, ResponseRow.id == response_id, _unheld(now)):
-        return False
-    await _ended(session, response_id)
-    return True
-
-
 async def expire_leases(session: AsyncSession) -> int:
     """Every in-progress response's lease ends now (embedded start-up: no run of the previous process is alive),
     for reconciliation to take it over or end it; how many there were."""
@@ -216,22 +110,9 @@ async def expire_leases(session: AsyncSession) -> int:
     return int(getattr(await session.execute(query), "rowcount", 0))
 
 
-async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
-    """An expired lease becomes nobody's: the response reads `queued` again (its output so far kept) until a run
-    claims it, so that a poller can tell that nothing generates it meanwhile."""
-    values = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
-    return await _update(
-        session,
-        values,
-        ResponseRow.id == response_id,
-        ResponseRow.status == "in_progress",
-        or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
-    )
-
-
 async def request_steer(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
     """Record that steering input waits for a response (the first request counts); False when it has ended."""
-    await _update(
+    await update_row(
         session,
         {"steer_requested_at": now},
         ResponseRow.id == response_id,
@@ -242,28 +123,9 @@ async def request_steer(session: AsyncSession, response_id: str, *, now: datetim
     return (await session.execute(query)).scalar_one_or_none() in ("queued", "in_progress")
 
 
-async def hand_back(
-    session: AsyncSession, response_id: str, *, holder: Holder, now: datetime, progress: ProgressStep | None
-) -> bool:
-    """A run preempted for another tenant's job gives its job back (while `holder` holds it), appending
-    `progress`: the response reads `queued` again, its output so far kept, until a run claims it. Whether it was
-    still held."""
-    values = {
-        "status": "queued",
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "heartbeat_at": now,
-        "preemptions": ResponseRow.preemptions + 1,
-    }
-    if not await _update(session, values, ResponseRow.id == response_id, _held_by(holder)):
-        return False
-    await _append_progress(session, response_id, progress)
-    return True
-
-
 async def request_cancel(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
     """Record a cancel request (the first one counts); False when the response has already ended."""
-    await _update(
+    await update_row(
         session,
         {"cancel_requested_at": now},
         ResponseRow.id == response_id,
@@ -357,7 +219,7 @@ async def lock_unheld(session: AsyncSession, response_id: str, *, now: datetime)
     """The row if nobody holds it (queued, or its lease expired), locked until the transaction ends (Postgres;
     SQLite serialises writers anyway): its progress is read to end it, and must not change before the end is
     written. None when it is held or has ended."""
-    query = select(ResponseRow).where(ResponseRow.id == response_id, _unheld(now)).with_for_update()
+    query = select(ResponseRow).where(ResponseRow.id == response_id, unheld(now)).with_for_update()
     return (await session.execute(query.execution_options(populate_existing=True))).scalar_one_or_none()
 
 

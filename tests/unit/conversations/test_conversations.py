@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 from app.conversations import turns
 from app.jobs import repository as jobs
 from app.jobs.recovery import end_response, release_unfinished_responses
+from app.main import release_unstored_turns
 from app.runtime import Runtime
 from app.testing.fakes import FAKE_REPLY, FakeRenderer, FakeRunner
 from app.testing.sse import parse_sse
@@ -309,6 +310,7 @@ async def test_an_embedded_start_frees_the_conversations_of_the_unstored_turns_i
     runner.delay_s, runner.reply = 0, list(FAKE_REPLY)
     # What an embedded start does before its first request (no turn of the previous process runs any more).
     await release_unfinished_responses(app_runtime.database)
+    await release_unstored_turns(app_runtime.database)
     freed = await client.post("/v1/responses", json={"input": "y", "conversation": unstored["id"]})
     assert freed.status_code == 200, freed.text  # at once, not after the unstored claim's 10-minute lease
     # A stored turn's claim ends with its response, which the start's reconciliation round ends.

@@ -14,6 +14,7 @@ from app.db.models import ResponseRow
 from app.jobs import repository as jobs
 from app.jobs.lease import JobLease, LeaseLost
 from app.jobs.repository import ProgressStep
+from app.lifecycle import transitions
 from app.runtime import Runtime
 
 OWNER = "worker_same_process"
@@ -42,7 +43,7 @@ async def _expire_and_release(runtime: Runtime, response_id: str) -> None:
     async with runtime.database.transaction() as session:
         past = utc_now() - timedelta(seconds=1)
         await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(lease_expires_at=past))
-        assert await jobs.release_for_takeover(session, response_id, now=utc_now())
+        assert await transitions.release_for_takeover(session, response_id, now=utc_now())
 
 
 async def _status(runtime: Runtime, response_id: str) -> str:
@@ -73,7 +74,7 @@ async def test_a_run_frozen_past_its_lease_writes_nothing_once_its_process_claim
     # The frozen run wakes: its renewal, its hand-over and its final write are all refused.
     for write in (
         lambda session: frozen.renew(session),
-        lambda session: frozen.finish(session, {"status": "completed"}),
+        lambda session: frozen.finish(session, {"status": "completed"}, turn=None),
     ):
         with pytest.raises(LeaseLost):
             async with app_runtime.database.transaction() as session:
@@ -84,7 +85,7 @@ async def test_a_run_frozen_past_its_lease_writes_nothing_once_its_process_claim
     # The run that holds the job now goes on, and finishes it once.
     async with app_runtime.database.transaction() as session:
         assert await again.renew(session) is False
-        await again.finish(session, {"status": "completed"})
+        await again.finish(session, {"status": "completed"}, turn=None)
     assert await _status(app_runtime, response_id) == "completed"
 
 

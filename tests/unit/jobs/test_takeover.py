@@ -22,6 +22,8 @@ from app.jobs import event_batches
 from app.jobs import repository as jobs
 from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.jobs.writes import store_with_retries
+from app.lifecycle import transitions
+from app.lifecycle.transitions import Holder
 from app.responses import repository
 from app.runtime import Runtime
 from app.testing.fakes import FakeRunner
@@ -314,20 +316,20 @@ async def test_a_background_job_whose_final_write_meets_an_outage_is_taken_over_
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner.delay_s, runner.reply = 0.005, [f"w{index}" for index in range(6)]
-    finish_held = jobs.finish_held
+    end_held = transitions.end_held
     refused: list[str] = []
 
     async def database_away_at_the_end(
-        session: AsyncSession, response_id: str, *, holder: jobs.Holder, values: dict[str, Any], **kwargs: Any
+        session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], **kwargs: Any
     ) -> bool:
         # The first run's final write meets the database away for its whole budget; the database is back for
         # whatever that run writes next (a failure, before this fix), and for the takeover's.
         if values["status"] == "completed" and "back" not in refused:
             refused.append(values["status"])
             raise OperationalError("UPDATE responses", {}, ConnectionRefusedError(111, "Connect call failed"))
-        return await finish_held(session, response_id, holder=holder, values=values, **kwargs)
+        return await end_held(session, response_id, holder=holder, values=values, **kwargs)
 
-    monkeypatch.setattr(jobs, "finish_held", database_away_at_the_end)
+    monkeypatch.setattr(transitions, "end_held", database_away_at_the_end)
     live = asyncio.create_task(client.post("/v1/responses", json=STREAM))
     response_id = await started(runner)
     executor = app_runtime.queue.executor  # type: ignore[attr-defined]
@@ -347,7 +349,7 @@ async def test_a_run_whose_lease_runs_out_while_the_database_is_away_stops_and_s
 ) -> None:
     # A foreground stream: its events are not stored, so the run would go on sending them to the end.
     runner.delay_s, runner.reply = 0.02, [f"w{index}" for index in range(300)]
-    renew, finish_held = jobs.renew, jobs.finish_held
+    renew, end_held = jobs.renew, transitions.end_held
     away = asyncio.Event()
     writes_while_away: list[str] = []
 
@@ -363,10 +365,10 @@ async def test_a_run_whose_lease_runs_out_while_the_database_is_away_stops_and_s
     async def finish_unless_away(session: AsyncSession, response_id: str, **kwargs: Any) -> bool:
         if away.is_set():
             raise refused("finish")
-        return await finish_held(session, response_id, **kwargs)
+        return await end_held(session, response_id, **kwargs)
 
     monkeypatch.setattr(jobs, "renew", renew_unless_away)
-    monkeypatch.setattr(jobs, "finish_held", finish_unless_away)
+    monkeypatch.setattr(transitions, "end_held", finish_unless_away)
     live = asyncio.create_task(client.post("/v1/responses", json={"input": "hi", "stream": True}))
     response_id = await started(runner)
     run = runner.runs[response_id]

@@ -22,8 +22,8 @@ from app.db.models import ResponseEventRow, ResponseRow
 from app.errors import is_outage
 from app.generation.job import GenerationJob
 from app.generation.types import GenerationOutput
-from app.jobs import repository as jobs
-from app.jobs.repository import Holder
+from app.lifecycle import transitions
+from app.lifecycle.transitions import Holder
 from app.ops.retention import prune_finished_events
 from app.responses import relay, repository, service, submission
 from app.responses.parsing import parse_create_request
@@ -178,7 +178,7 @@ async def test_a_foreground_stream_whose_final_write_lost_closes_its_items_befor
         await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**ended))
         return False
 
-    monkeypatch.setattr(jobs, "finish_held", ended_meanwhile)
+    monkeypatch.setattr(transitions, "end_held", ended_meanwhile)
     events = parse_sse((await client.post("/v1/responses", json={"input": "hi", "stream": True})).text)
     final = assert_well_formed_stream(events)
     assert [event["type"] for event in events[-5:]] == FAILED_WITH_OPEN_MESSAGE
@@ -209,16 +209,16 @@ async def test_a_failed_final_commit_fails_the_response_with_its_output_so_far(
     client: httpx.AsyncClient, app_runtime: Runtime, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner.reply = ["w0", "w1", "w2"]
-    finish_held = jobs.finish_held
+    end_held = transitions.end_held
 
     async def refuse_completed(
         session: AsyncSession, response_id: str, *, holder: Holder, values: dict[str, Any], **kwargs: Any
     ) -> bool:
         if values["status"] == "completed":  # not an outage: no retries, the response fails at once
             raise IntegrityError("UPDATE responses", {}, Exception("injected fault at the final commit"))
-        return await finish_held(session, response_id, holder=holder, values=values, **kwargs)
+        return await end_held(session, response_id, holder=holder, values=values, **kwargs)
 
-    monkeypatch.setattr(jobs, "finish_held", refuse_completed)
+    monkeypatch.setattr(transitions, "end_held", refuse_completed)
     events = parse_sse(
         (await client.post("/v1/responses", json={"input": "hi", "background": True, "stream": True})).text
     )
