@@ -403,7 +403,8 @@ def log_access_as_uvicorn_does(query: bytes) -> None:
     """uvicorn's own access call (protocols/http/h11_impl.py), with the path as uvicorn builds it."""
     from uvicorn.protocols.utils import get_path_with_query_string
 
-    scope: Any = {"path": "/v1/responses", "query_string": query}
+    # As uvicorn's server fills it: 0.55 builds the logged path from `raw_path`, earlier releases from `path`.
+    scope: Any = {"path": "/v1/responses", "raw_path": b"/v1/responses", "query_string": query}
     path = get_path_with_query_string(scope)
     logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "1.2.3.4:5", "GET", path, "1.1", 200)
 
