@@ -198,7 +198,8 @@ async def test_a_hanging_tool_fails_its_call_and_the_model_goes_on(
     rounds(runner, SLOW, "It timed out.")
     started = time.monotonic()
     body = (await client.post("/v1/responses", json={"input": "slow", "tools": [mcp_tool(server)]})).json()
-    assert time.monotonic() - started < 10
+    # The tool hangs 30 s: the response did not wait for it (a loose bound: a loaded machine takes seconds).
+    assert time.monotonic() - started < 25
     assert body["status"] == "completed"
     call = body["output"][1]
     assert call["status"] == "failed" and "0.5 s" in call["error"]["message"] and call["output"] is None
