@@ -115,6 +115,7 @@ async def build_generation(
         return renderers, await ArqQueue.connect(settings)
 
     from app.generation.engine import concurrency
+    from app.generation.job import class_weights
     from app.transport.inprocess import InProcessQueue
     from app.transport.memory_bus import MemoryBus
 
@@ -137,7 +138,7 @@ async def build_generation(
         mcp=McpCaller.from_settings(settings, database),
     )
     # As many jobs of a model run as its engine has sequences; the others wait in a fair order, still queued.
-    return renderers, InProcessQueue(executor, bus, places=concurrency(settings))
+    return renderers, InProcessQueue(executor, bus, places=concurrency(settings), weights=class_weights(settings))
 
 
 def create_app(

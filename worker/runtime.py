@@ -15,6 +15,7 @@ from app.config import Settings
 from app.db.session import Database
 from app.generation.embeddings.models import load_embedding_models
 from app.generation.embeddings.pool import LocalEmbeddings
+from app.generation.job import class_weights
 from app.generation.model_pool import ModelPool
 from app.generation.registry_loading import load_registry
 from app.ids import new_id
@@ -104,7 +105,8 @@ class WorkerRuntime:
             charge_tokens=limits.charge_tokens,
             mcp=McpCaller.from_settings(settings, database),
         )
-        reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
+        queue = ArqQueue(redis, class_weights(settings))
+        reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
         webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)
         indexer = Indexer(database, settings, ArqEmbeddings(redis, settings.embedding_timeout_s))
         return cls(

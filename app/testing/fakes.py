@@ -9,7 +9,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.session import Database
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, class_weights
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
@@ -255,4 +255,4 @@ def in_process_queue(
         charge_tokens=charge,
         mcp=McpCaller.from_settings(settings, database),
     )
-    return InProcessQueue(executor, bus, places=places)
+    return InProcessQueue(executor, bus, places=places, weights=class_weights(settings))
