@@ -105,20 +105,22 @@ class WaitingRoom:
                 self._waiting.remove(job.job_class, job.tenant, (turn, held))
             raise
 
-    def _leave(self, held: Place) -> None:
+    def _leave(self, held: Place, to: tuple[JobClass, ...] = JOB_CLASSES) -> None:
         if held.preempted:
             return  # its place was passed on when it was asked to give it back
         self._held.remove(held)
         self.running -= 1
         if held.job.job_class != "interactive":
             self.running_deferrable -= 1
-        self._hand_over()
+        self._hand_over(to)
 
-    def _hand_over(self) -> None:
-        """Free places to the waiting jobs, in the fair order, counted before they wake: nobody can take them
-        meanwhile. Each goes to the job whose turn it is among the classes that may take it (the places kept for
-        interactive jobs to an interactive one only)."""
-        while (classes := self._open_classes()) and (entry := self._waiting.pop_from(classes)) is not None:
+    def _hand_over(self, to: tuple[JobClass, ...] = JOB_CLASSES) -> None:
+        """Free places to the waiting jobs of the classes `to`, in the fair order, counted before they wake: nobody
+        can take them meanwhile. Each goes to the job whose turn it is among the classes that may take it (the
+        places kept for interactive jobs to an interactive one only)."""
+        while (classes := tuple(name for name in self._open_classes() if name in to)) and (
+            entry := self._waiting.pop_from(classes)
+        ) is not None:
             turn, held = entry
             if turn.done():
                 continue
@@ -155,6 +157,8 @@ class WaitingRoom:
         candidates.sort(key=lambda held: -holding[held.job.tenant])  # stable: the youngest first within a tenant
         for held in candidates:
             if self.preempt(held.job.response_id):
-                self._leave(held)
+                # The place freed for an interactive job goes to one (this one, unless another tenant's waited
+                # before it), not to whichever job's turn it is: that could be the preempted class's own.
+                self._leave(held, to=("interactive",))
                 held.preempted = True
                 return

@@ -246,3 +246,16 @@ async def test_a_tenant_alone_never_preempts_its_own_jobs_and_a_resumed_job_goes
     await holders.end("a-bg-resumed")
     assert holders.started[-1] == "a-bg1"
     await holders.close()
+
+
+async def test_a_place_freed_by_a_preemption_goes_to_an_interactive_job_not_to_the_turn_of_another_class() -> None:
+    holders = Holders(places=6)
+    await holders.add(*(job(f"a-bg{number}", "a", "background") for number in range(5)), job("a-int0", "a"))
+    await holders.add(job("c-bg0", "c", "background"))  # waits, under the tag being served
+    await holders.add(job("b-int0", "b"), job("b-int1", "b"))
+    # Three tenants: two places each. Beta's second job waits under a later tag than c-bg0 (its flow's second),
+    # but the place alpha gives back for it is beta's, not gamma's background job's.
+    assert holders.asked == ["a-bg4", "a-bg3"]
+    assert holders.started[-2:] == ["b-int0", "b-int1"]
+    assert "c-bg0" not in holders.started
+    await holders.close()
