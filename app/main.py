@@ -120,6 +120,7 @@ async def build_generation(
         return renderers, await ArqQueue.connect(settings)
 
     from app.generation.engine import concurrency
+    from app.generation.job import class_weights
     from app.transport.inprocess import InProcessQueue
     from app.transport.memory_bus import MemoryBus
 
@@ -143,7 +144,7 @@ async def build_generation(
         hosted=HostedCaller(database, settings),
     )
     # As many jobs of a model run as its engine has sequences; the others wait in a fair order, still queued.
-    return renderers, InProcessQueue(executor, bus, places=concurrency(settings))
+    return renderers, InProcessQueue(executor, bus, places=concurrency(settings), weights=class_weights(settings))
 
 
 async def release_unstored_turns(database: Database) -> int:

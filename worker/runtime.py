@@ -16,6 +16,7 @@ from app.db.session import Database
 from app.end_effects import register_end_effects
 from app.generation.embeddings.models import load_embedding_models
 from app.generation.embeddings.pool import LocalEmbeddings
+from app.generation.job import class_weights
 from app.generation.model_pool import ModelPool
 from app.generation.registry_loading import load_registry
 from app.hosted_tools.calls import HostedCaller
@@ -108,7 +109,8 @@ class WorkerRuntime:
             mcp=McpCaller.from_settings(settings, database),
             hosted=HostedCaller(database, settings, ArqEmbeddings(redis, settings.embedding_timeout_s)),
         )
-        reconciler = Reconciler(database, ArqQueue(redis), RecoveryPolicy.from_settings(settings))
+        queue = ArqQueue(redis, class_weights(settings))
+        reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
         webhooks = WebhookDeliverer(database, await load_sealer(settings, database), settings)
         indexer = Indexer(database, settings, ArqEmbeddings(redis, settings.embedding_timeout_s))
         return cls(

@@ -175,13 +175,18 @@ async def _take_back_submissions(runtime: Runtime, now: datetime) -> None:
 
 async def _submit_waiting(runtime: Runtime, now: datetime) -> None:
     """Submit waiting lines, at most batch_lines_per_round, and only while fewer than batch_max_running_lines
-    are submitted and unfinished: a batch of 50,000 never puts 50,000 jobs on the queue."""
+    are submitted and unfinished: a batch of 50,000 never puts 50,000 jobs on the queue. A tenant whose rate limit
+    refused a line this round has no more of its lines tried until the next (the refused one waits for the
+    limit's retry-after)."""
     settings = runtime.settings
     async with runtime.database.read() as session:
         active = await repository.count_active_lines(session)
         budget = min(settings.batch_lines_per_round, settings.batch_max_running_lines - active)
         waiting = await repository.pending_lines(session, now=now, limit=budget) if budget > 0 else []
+    paced: set[str] = set()
     for line, tenant in waiting:
+        if tenant in paced:
+            continue
         async with runtime.database.transaction() as session:
             claimed = await repository.move_line(
                 session, line.batch_id, line.line, ("pending",), state="submitting", claimed_at=now
@@ -189,7 +194,8 @@ async def _submit_waiting(runtime: Runtime, now: datetime) -> None:
         if not claimed:
             continue  # another node took it
         try:
-            await submit_line(runtime, line, tenant)
+            if not await submit_line(runtime, line, tenant, now):
+                paced.add(tenant)
         except Exception:
             logger.exception("could not submit batch line %s/%d; it waits for the next round", line.batch_id, line.line)
             async with runtime.database.transaction() as session:

@@ -1,17 +1,19 @@
 """One batch line's life: submitted as a background response through the same path a `background: true` create
-takes (prepared, stored with the id fixed for the line, enqueued), and, once its response ended, collected into
-the output (or error) line it becomes."""
+takes (counted against its project's requests per minute, prepared, its prompt charged to its tokens per minute,
+stored with the id fixed for the line, enqueued), paced by those limits (a line they refuse waits for their
+retry-after, never failing), and, once its response ended, collected into the output (or error) line it becomes."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from app.batches import repository
 from app.db.models import BatchLineRow, ResponseRow
-from app.errors import ApiError, InvalidRequest
+from app.errors import ApiError, InvalidRequest, RateLimited
 from app.events.snapshot import response_from_row
 from app.responses import repository as responses
 from app.responses import service, submission
@@ -37,35 +39,74 @@ def _line_request(body: dict[str, Any], runtime: Runtime) -> CreateResponseReque
     return parse_create_payload({**body, "background": True, "store": True}, runtime.settings)
 
 
-async def submit_line(runtime: Runtime, line: BatchLineRow, tenant: str) -> None:
-    """Submit a line this node claimed (state `submitting`): stored under its fixed response id and enqueued, then
-    `running`; a request the create would refuse (4xx) becomes an error line at once. A second submission of the
-    same line (a claim taken over) finds its response stored and only marks it running: each line runs once."""
+def _wait_s(error: RateLimited) -> float | None:
+    """How long a line refused by a rate limit waits before it is tried again (the limit's retry-after); None when
+    no wait helps (a prompt larger than a whole minute's tokens: the line ends with the 429, as a create does)."""
+    if error.headers.get("x-should-retry") == "false":
+        return None
+    try:
+        return max(1, int(error.headers.get("retry-after-ms", "1000"))) / 1000
+    except ValueError:
+        return 1.0
+
+
+async def submit_line(runtime: Runtime, line: BatchLineRow, tenant: str, now: datetime) -> bool:
+    """Submit a line this node claimed (state `submitting`): counted against the project's requests per minute,
+    stored under its fixed response id and enqueued, then `running`; a request the create would refuse (4xx)
+    becomes an error line at once. A second submission of the same line (a claim taken over) finds its response
+    stored and only marks it running: each line runs once.
+
+    A line its project's rate limits refuse (requests or tokens per minute) goes back to `pending` until the
+    limit's retry-after, and False says so: its tenant's other lines need not be tried this round."""
     try:
         request = _line_request(line.body, runtime)
-        # A batch line's job waits behind every interactive and background job (app/generation/job.FairOrder).
+        # Each line is a request as a create is: it counts against the requests per minute (issue 37: batches did
+        # not), and its prompt against the tokens per minute where it is submitted (submission.py).
+        await runtime.limits.admit_request(tenant)
+        # A batch line's job is of the batch class: its share of the turns by its weight (generation/job.py).
         prepared = await service.prepare(request, tenant, runtime, response_id=line.response_id, job_class="batch")
         await submission.submit_response(runtime, prepared, tenant)
     except IntegrityError:
         # Stored by an earlier claim of this line whose node was slow or died before marking it running.
         logger.info("batch line %s/%d was already submitted", line.batch_id, line.line)
-    except ApiError as error:
-        if error.status_code >= 500:
-            raise  # not the request's fault: the line is submitted again later
-        # Refused as the create would refuse it (a 400, a conversation busy with another response): an error line.
+    except RateLimited as error:
+        if (wait_s := _wait_s(error)) is None:
+            await _end_refused(runtime, line, error)
+            return True
+        # Paced, never failed (issue 37: lines under a tokens_per_min limit became 429 error lines).
         async with runtime.database.transaction() as session:
             await repository.move_line(
                 session,
                 line.batch_id,
                 line.line,
                 ("submitting",),
-                state="done",
-                status_code=error.status_code,
-                result=error.body(),
+                state="pending",
+                claimed_at=None,
+                wait_until=now + timedelta(seconds=wait_s),
             )
-        return
+        return False
+    except ApiError as error:
+        if error.status_code >= 500:
+            raise  # not the request's fault: the line is submitted again later
+        # Refused as the create would refuse it (a 400, a conversation busy with another response): an error line.
+        await _end_refused(runtime, line, error)
+        return True
     async with runtime.database.transaction() as session:
         await repository.move_line(session, line.batch_id, line.line, ("submitting",), state="running")
+    return True
+
+
+async def _end_refused(runtime: Runtime, line: BatchLineRow, error: ApiError) -> None:
+    async with runtime.database.transaction() as session:
+        await repository.move_line(
+            session,
+            line.batch_id,
+            line.line,
+            ("submitting",),
+            state="done",
+            status_code=error.status_code,
+            result=error.body(),
+        )
 
 
 def _response_body(line: BatchLineRow, row: ResponseRow) -> dict[str, Any]:

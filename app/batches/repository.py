@@ -95,12 +95,17 @@ async def count_active_lines(session: AsyncSession) -> int:
 
 
 async def pending_lines(session: AsyncSession, *, now: datetime, limit: int) -> list[tuple[BatchLineRow, str]]:
-    """Lines waiting to be submitted, of running batches not past their window, oldest batch first; with their
-    batch's tenant."""
+    """Lines waiting to be submitted (and no longer waiting for a rate limit), of running batches not past their
+    window, oldest batch first; with their batch's tenant."""
     query = (
         select(BatchLineRow, BatchRow.tenant)
         .join(BatchRow, BatchRow.id == BatchLineRow.batch_id)
-        .where(BatchLineRow.state == "pending", BatchRow.status == "in_progress", BatchRow.expires_at > now)
+        .where(
+            BatchLineRow.state == "pending",
+            or_(BatchLineRow.wait_until.is_(None), BatchLineRow.wait_until <= now),
+            BatchRow.status == "in_progress",
+            BatchRow.expires_at > now,
+        )
         .order_by(BatchRow.created_at, BatchLineRow.batch_id, BatchLineRow.line)
         .limit(limit)
     )

@@ -104,6 +104,29 @@ class LimitSettings(BaseSettings):
         "a background create beyond it is refused with a 429 and Retry-After. 0: no cap. A project may set its own "
         "(`llama-responses projects limits`).",
     )
+    class_weight_interactive: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Share of the model's turns that interactive work (a client waiting: foreground creates, "
+        "WebSocket turns, compactions) gets while other classes wait too, weighed against the other classes' "
+        "weights, for each tenant's jobs of the class: with the background weight equal, one tenant's flood of "
+        "creates and another's background work take turns (see Scheduling).",
+    )
+    class_weight_background: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Share of the model's turns that background work (`background: true`) gets while other classes "
+        "wait too (as RESPONSES_CLASS_WEIGHT_INTERACTIVE).",
+    )
+    class_weight_batch: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="Share of the model's turns that batch lines get while other classes wait too (as "
+        "RESPONSES_CLASS_WEIGHT_INTERACTIVE).",
+    )
     max_stored_bytes_per_tenant: int = Field(
         0,
         ge=0,

@@ -17,7 +17,8 @@ kv/slots.py.
 With RESPONSES_KV_POOL_TOKENS the sequences share one pool of cells, each growing as far as the model's context
 while there is room; when there is none, idle cells and then the youngest sequence make way (kv/pool.py).
 
-Requests beyond the free slots wait in the fair order (job.py's FairOrder: class, then tenants in turn): a worker
+Requests beyond the free slots wait in the fair order (job.py's FairOrder: each tenant's jobs of a class a flow, the
+flows taking turns by their classes' weights): a worker
 can hold more jobs than sequences (its model's queue and its own), and one tenant's must not fill the line.
 
 All llama.cpp calls happen on the engine's own thread; `submit` and the request's `cancelled` flag are the
@@ -40,7 +41,7 @@ import numpy as np
 
 from app.config import Settings
 from app.generation.dialects.families import dialect_named
-from app.generation.job import FairOrder
+from app.generation.job import ClassWeights, FairOrder, class_weights
 from app.generation.kv.pool import KvPool
 from app.generation.kv.prefix_cache import PrefixCache, StateFiles
 from app.generation.kv.reuse import KvReuse, KvReuseMode, prompt_shares
@@ -91,6 +92,7 @@ class LlamaEngine:
         kv_reuse: KvReuseMode = "all",
         kv_unified: bool = False,
         kv_pool: int = 0,
+        weights: ClassWeights | None = None,
     ) -> None:
         # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -139,7 +141,7 @@ class LlamaEngine:
         self._arrivals = itertools.count()
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
         #: Submitted requests waiting for a free slot (engine thread only).
-        self._waiting: FairOrder[GenerationRequest] = FairOrder()
+        self._waiting: FairOrder[GenerationRequest] = FairOrder(weights)
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -161,6 +163,7 @@ class LlamaEngine:
             prefix_cache=PrefixCache(cache_bytes, files) if cache_bytes else None,
             kv_reuse=settings.kv_reuse,
             kv_pool=settings.kv_pool_tokens,
+            weights=class_weights(settings),
         )
 
     @property

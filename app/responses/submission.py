@@ -93,6 +93,10 @@ async def _submit(runtime: Runtime, prepared: PreparedResponse, tenant: str) -> 
     elif prepared.conversation is not None:
         async with runtime.database.transaction() as session:
             await turns.claim(session, prepared.conversation, prepared.response.id, tenant)
+            # Its response is not kept, but the conversation keeps its input (issue 37: a project at its quota
+            # stored 4 x 12 KB more through `store: false` turns): charged, or refused, as a stored turn's is. Its
+            # output, as a stored turn's, counts from the next measurement.
+            await charge_stored_bytes(session, runtime, tenant, lambda: json_size(prepared.job.conversation_input))
     try:
         await runtime.queue.enqueue(prepared.job)
     except Exception:

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.session import Database
-from app.generation.job import GenerationJob
+from app.generation.job import GenerationJob, class_weights
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelRegistry
 from app.generation.renderers import RendererCache
@@ -257,4 +257,4 @@ def in_process_queue(
         mcp=McpCaller.from_settings(settings, database),
         hosted=HostedCaller(database, settings),
     )
-    return InProcessQueue(executor, bus, places=places)
+    return InProcessQueue(executor, bus, places=places, weights=class_weights(settings))

@@ -1,6 +1,7 @@
 """Embedded mode's waiting room: a model's jobs beyond its engine's sequences wait here, and are admitted in the
-fair order (generation/job.py's FairOrder: class first, then tenants in turn, each tenant's jobs in order).
-Distributed mode writes the same order into its Redis scores (fair_scores.py).
+fair order (generation/job.py's FairOrder: each tenant's jobs of a class a flow, the flows taking turns by their
+classes' weights, each tenant's jobs in order). Distributed mode writes the same order into its Redis scores
+(fair_scores.py).
 
 An interactive job that finds every place taken while its tenant holds less than its fair share of them has a
 running background or batch job of another tenant preempted (`Preempt`): that job stores its progress between
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from app.generation.job import FairOrder, GenerationJob, JobClass
+from app.generation.job import JOB_CLASSES, ClassWeights, FairOrder, GenerationJob, JobClass
 
 #: Places of a model (when it has more than one) that only interactive jobs may take: a client waiting on a
 #: foreground create starts at once, beside the background and batch work, instead of after one of them ends.
@@ -44,7 +45,7 @@ class WaitingRoom:
     distributed mode): the cap on a tenant's queued background jobs counts it, and it holds no lease.
     """
 
-    def __init__(self, places: int, preempt: Preempt | None = None) -> None:
+    def __init__(self, places: int, preempt: Preempt | None = None, weights: ClassWeights | None = None) -> None:
         #: Jobs run at once; 0: no limit (every job starts at once, as the fake engine's tests want).
         self.places = places
         self.running = 0
@@ -52,7 +53,7 @@ class WaitingRoom:
         self.running_deferrable = 0
         #: None: no job is ever preempted.
         self.preempt = preempt
-        self._waiting: FairOrder[tuple[asyncio.Future[None], Place]] = FairOrder()
+        self._waiting: FairOrder[tuple[asyncio.Future[None], Place]] = FairOrder(weights)
         #: The places taken, in the order they were: the youngest last.
         self._held: list[Place] = []
 
@@ -76,13 +77,15 @@ class WaitingRoom:
         finally:
             self._leave(held)
 
-    def _has_room(self, job_class: JobClass) -> bool:
+    def _open_classes(self) -> tuple[JobClass, ...]:
+        """The classes a free place may go to now: every class, only interactive (the places left are kept for
+        it), or none (every place is taken)."""
         if not self.places:
-            return True
+            return JOB_CLASSES
         if self.running >= self.places:
-            return False
+            return ()
         kept = KEPT_FOR_INTERACTIVE if self.places > KEPT_FOR_INTERACTIVE else 0
-        return job_class == "interactive" or self.running_deferrable < self.places - kept
+        return JOB_CLASSES if self.running_deferrable < self.places - kept else ("interactive",)
 
     async def _enter(self, held: Place, *, first: bool) -> None:
         job = held.job
@@ -102,24 +105,27 @@ class WaitingRoom:
                 self._waiting.remove(job.job_class, job.tenant, (turn, held))
             raise
 
-    def _leave(self, held: Place) -> None:
+    def _leave(self, held: Place, to: tuple[JobClass, ...] = JOB_CLASSES) -> None:
         if held.preempted:
             return  # its place was passed on when it was asked to give it back
         self._held.remove(held)
         self.running -= 1
         if held.job.job_class != "interactive":
             self.running_deferrable -= 1
-        self._hand_over()
+        self._hand_over(to)
 
-    def _hand_over(self) -> None:
-        """Free places to the waiting jobs, in the fair order, counted before they wake: nobody can take them
-        meanwhile. The most urgent class waiting goes first; when it may not take a place, no less urgent one may."""
-        while (job_class := self._waiting.next_class()) is not None and self._has_room(job_class):
-            turn, held = self._waiting.pop()
+    def _hand_over(self, to: tuple[JobClass, ...] = JOB_CLASSES) -> None:
+        """Free places to the waiting jobs of the classes `to`, in the fair order, counted before they wake: nobody
+        can take them meanwhile. Each goes to the job whose turn it is among the classes that may take it (the
+        places kept for interactive jobs to an interactive one only)."""
+        while (classes := tuple(name for name in self._open_classes() if name in to)) and (
+            entry := self._waiting.pop_from(classes)
+        ) is not None:
+            turn, held = entry
             if turn.done():
                 continue
             self.running += 1
-            if job_class != "interactive":
+            if held.job.job_class != "interactive":
                 self.running_deferrable += 1
             self._held.append(held)
             turn.set_result(None)
@@ -151,6 +157,8 @@ class WaitingRoom:
         candidates.sort(key=lambda held: -holding[held.job.tenant])  # stable: the youngest first within a tenant
         for held in candidates:
             if self.preempt(held.job.response_id):
-                self._leave(held)
+                # The place freed for an interactive job goes to one (this one, unless another tenant's waited
+                # before it), not to whichever job's turn it is: that could be the preempted class's own.
+                self._leave(held, to=("interactive",))
                 held.preempted = True
                 return

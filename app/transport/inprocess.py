@@ -8,19 +8,23 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 
-from app.generation.job import GenerationJob, JobClass
+from app.generation.job import ClassWeights, GenerationJob, JobClass
 from app.transport.base import JobExecutor, ModelAvailability
 from app.transport.fair_order import WaitingRoom
 from app.transport.memory_bus import MemoryBus
 
 
 class InProcessQueue:
-    def __init__(self, executor: JobExecutor, bus: MemoryBus, *, places: int = 0) -> None:
+    def __init__(
+        self, executor: JobExecutor, bus: MemoryBus, *, places: int = 0, weights: ClassWeights | None = None
+    ) -> None:
         self.executor = executor
         #: The bus the executor publishes to (made first: the executor is built with it).
         self.bus = bus
         #: Jobs of one model run at once (0: no limit): the others wait in its room, still `queued`.
         self.places = places
+        #: The classes' shares of the places that free (the fair order's weights).
+        self.weights = weights or ClassWeights()
         self._rooms: dict[str, WaitingRoom] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -34,7 +38,7 @@ class InProcessQueue:
     def _room(self, model: str) -> WaitingRoom:
         room = self._rooms.get(model)
         if room is None:
-            room = self._rooms[model] = WaitingRoom(self.places, self.executor.preempt)
+            room = self._rooms[model] = WaitingRoom(self.places, self.executor.preempt, self.weights)
         return room
 
     async def _run(self, job: GenerationJob) -> None:

@@ -19,7 +19,7 @@ from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_pre
 from arq.jobs import Job
 
 from app.config import Settings
-from app.generation.job import GenerationJob, JobClass
+from app.generation.job import ClassWeights, GenerationJob, JobClass, class_weights
 from app.transport.base import ModelAvailability
 from app.transport.fair_scores import fair_score
 from app.transport.queued_tenants import queued_by_tenant, record_queued
@@ -131,14 +131,17 @@ async def mark_draining(redis: ArqRedis, worker_id: str, until_s: float) -> None
 
 
 class ArqQueue:
-    def __init__(self, pool: ArqRedis) -> None:
+    def __init__(self, pool: ArqRedis, weights: ClassWeights | None = None) -> None:
         self.pool = pool
         self.bus = RedisBus(pool)
+        #: The classes' shares of the turns (the fair order's weights): every node that enqueues uses the same.
+        self.weights = weights or ClassWeights()
 
     @classmethod
     async def connect(cls, settings: Settings) -> ArqQueue:
         assert settings.redis_url is not None
-        return cls(await create_pool(redis_settings(settings.redis_url), default_queue_name=QUEUE_NAME))
+        pool = await create_pool(redis_settings(settings.redis_url), default_queue_name=QUEUE_NAME)
+        return cls(pool, class_weights(settings))
 
     async def enqueue(self, job: GenerationJob) -> None:
         # A job id that is already queued makes this a no-op: one response is generated once.
@@ -153,8 +156,9 @@ class ArqQueue:
         await self._announce(queue)
 
     async def _enqueue_fairly(self, job: GenerationJob, queue: str) -> None:
-        """Into a model's queue, scored in the fair order (fair_scores.py): class, then tenants in turn."""
-        score_ms = await fair_score(self.pool, queue, job)
+        """Into a model's queue, scored in the fair order (fair_scores.py): each tenant's jobs of a class a flow, the
+        flows taking turns by their classes' weights."""
+        score_ms = await fair_score(self.pool, queue, job, self.weights)
         enqueued = await self.pool.enqueue_job(
             GENERATE_TASK,
             job.to_payload(),

@@ -31,6 +31,8 @@ class BatchLineRow(Base):
     #: enqueued), stopping (running, its cancellation requested), done (its output line written below).
     state: Mapped[str] = mapped_column(String(16), default="pending")
     claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
+    #: A pending line refused by its project's rate limit waits until then (the limit's retry-after), never failing.
+    wait_until: Mapped[datetime | None] = mapped_column(UtcDateTime, default=None)
     #: Once done: the output line's response.status_code (None: no response, see `error`) and body.
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

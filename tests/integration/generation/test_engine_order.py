@@ -1,5 +1,6 @@
-"""The engine's requests beyond its sequences start in the fair order, on the real model: class first, then
-tenants (cache scopes) in turn, each tenant's in order (a worker can hold more jobs than it has sequences)."""
+"""The engine's requests beyond its sequences start in the fair order, on the real model: each tenant's (cache
+scope's) requests of a class a flow, the flows in turn by their classes' weights, a tie to the more urgent class,
+each flow's in order (a worker can hold more jobs than it has sequences)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app.generation.types import Finish, GenerationFailed, GenerationOutput, Sam
 pytestmark = pytest.mark.integration
 
 
-def test_requests_beyond_the_slots_start_by_class_then_tenants_in_turn() -> None:
+def test_requests_beyond_the_slots_start_by_turns_of_the_flows() -> None:
     engine = LlamaEngine(Settings().resolved_model_path, n_ctx=512, n_threads=2, slots=1)
     try:
         running_started = threading.Event()
@@ -50,6 +51,8 @@ def test_requests_beyond_the_slots_start_by_class_then_tenants_in_turn() -> None
             engine.submit(GenerationRequest(prompt, sampling, emit_for(name), tenant, job_class=job_class))
         stream.cancelled.set()
         assert done.wait(120)
-        assert ended == ["b-int0", "a-bg0", "c-bg0", "a-bg1", "b-batch0"]
+        # Every flow's first request shares the first turn (the more urgent class first); a's second background
+        # request waits for its flow's next turn, after b's batch request.
+        assert ended == ["b-int0", "a-bg0", "c-bg0", "b-batch0", "a-bg1"]
     finally:
         engine.close()

@@ -196,3 +196,21 @@ async def test_a_project_s_own_limit_applies_where_the_server_sets_none(client: 
             await client.post("/v1/files", files=files, data={"purpose": "batch"}, headers=bearer(beta))
         ).status_code == 200
     assert (await storage(client, **bearer(beta)))["limit_bytes"] is None
+
+
+@pytest.mark.settings(max_stored_bytes_per_tenant=30_000)
+async def test_store_false_turns_on_a_conversation_are_charged_and_refused_at_the_quota(
+    client: httpx.AsyncClient, app_runtime: Runtime
+) -> None:
+    """Issue 37: a project at its quota stored 4 x 12 KB more through `store: false` turns on a conversation, which
+    keeps their items. Each turn's input is charged as a stored turn's is: the third passes the limit and is refused,
+    and the conversation keeps nothing of it."""
+    conversation = (await client.post("/v1/conversations", json={})).json()
+    turn = {"input": "y" * 12_000, "store": False, "conversation": conversation["id"]}
+    replies = [await client.post("/v1/responses", json=turn) for _ in range(4)]
+    assert [reply.status_code for reply in replies[:2]] == [200, 200]
+    for reply in replies[2:]:
+        assert_quota_refusal(reply, limit=30_000)
+    assert (await storage(client))["stored_bytes"] > 24_000
+    items = (await client.get(f"/v1/conversations/{conversation['id']}/items", params={"limit": 100})).json()["data"]
+    assert len(items) == 4  # two turns: each its input and its answer

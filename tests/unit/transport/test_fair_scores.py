@@ -1,5 +1,6 @@
 """Distributed mode's fair order, on real Redis (RESPONSES_TEST_REDIS_URL): the scores a model's queue gets are
-all in the past (never deferred), and an arq worker takes its jobs class first, then tenants in turn, each tenant's
+all in the past (never deferred), and an arq worker takes its jobs in the embedded order's turns (each tenant's
+jobs of a class a flow, the flows in turn by their classes' weights, a tie to the more urgent class), each tenant's
 in order, whatever order they were enqueued in."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ import time
 
 from arq.connections import ArqRedis
 
-from app.generation.job import GenerationJob, JobClass
+from app.generation.job import ClassWeights, GenerationJob, JobClass
 from app.generation.types import SamplingParams
-from app.transport.fair_scores import BAND_ROUNDS, band_base_ms
+from app.transport.fair_scores import BAND_ROUNDS, FIRST_SCORE_MS, class_of_score
 from app.transport.redis_queue import ArqQueue, model_queue
 from tests.unit.transport.arq_runs import run_queue
 
@@ -24,7 +25,7 @@ def job(tenant: str, job_class: JobClass, number: int) -> GenerationJob:
     return GenerationJob(name, [1], sampling, {}, True, False, tenant=tenant, model=MODEL, job_class=job_class)
 
 
-async def test_jobs_are_taken_by_class_then_tenants_in_turn(pool: ArqRedis) -> None:
+async def test_jobs_are_taken_by_flows_in_turn_a_tie_to_the_more_urgent_class(pool: ArqRedis) -> None:
     queue = ArqQueue(pool)
     enqueued = [
         *(job("a", "background", number) for number in range(3)),
@@ -39,22 +40,38 @@ async def test_jobs_are_taken_by_class_then_tenants_in_turn(pool: ArqRedis) -> N
     scores = dict(await pool.zrange(model_queue(MODEL), 0, -1, withscores=True))
     assert len(scores) == len(enqueued)
     assert all(score <= time.time() * 1000 for score in scores.values())  # none is deferred
-    for item in enqueued:  # each in its class's band
+    for item in enqueued:  # each in the fair scores, its class readable from its score
         score = scores[item.response_id.encode()]
-        assert band_base_ms(item.job_class) <= score < band_base_ms(item.job_class) + BAND_ROUNDS
-    # A tie (two tenants' jobs of one round) goes by id, as Redis sorts equal scores.
+        assert FIRST_SCORE_MS <= score < FIRST_SCORE_MS + BAND_ROUNDS
+        assert class_of_score(score) == item.job_class
+    # Every flow's first job shares the first tag, the more urgent class first; a tie within a class (two
+    # tenants' jobs of one tag) goes by id, as Redis sorts equal scores.
     assert await run_queue(pool, MODEL, max_jobs=1) == [
         "resp_a_int0",
         "resp_b_int0",
-        "resp_a_int1",
         "resp_a_bg0",
         "resp_b_bg0",
+        "resp_a_batch0",
+        "resp_c_batch0",
+        "resp_a_int1",
         "resp_a_bg1",
         "resp_b_bg1",
         "resp_a_bg2",
-        "resp_a_batch0",
-        "resp_c_batch0",
     ]
+
+
+async def test_a_flood_of_interactive_jobs_leaves_another_tenants_background_work_its_share(pool: ArqRedis) -> None:
+    """Issue 37: the workers' pick serves the embedded order's turns, so tenant X's interactive flood no longer
+    takes every turn from tenant Y's background work (every other one at equal weights, one in four at 3 to 1)."""
+    for weights, expected in ((ClassWeights(interactive=2, background=2), 6), (ClassWeights(3, 1), 3)):
+        await pool.flushdb()
+        queue = ArqQueue(pool, weights)
+        for number in range(8):
+            await queue.enqueue(job("y", "background", number))
+        for number in range(30):
+            await queue.enqueue(job("x", "interactive", number))
+        taken = (await run_queue(pool, MODEL, max_jobs=1))[:12]
+        assert sum(name.startswith("resp_y") for name in taken) == expected
 
 
 async def test_a_tenant_behind_a_backlog_waits_for_one_job_of_it(pool: ArqRedis) -> None:
@@ -71,22 +88,21 @@ async def test_a_tenant_behind_a_backlog_waits_for_one_job_of_it(pool: ArqRedis)
     assert order[4:] == [f"resp_a_bg{number}" for number in range(12, 50)]
 
 
-async def test_an_empty_queue_starts_the_next_job_at_the_last_round(pool: ArqRedis) -> None:
+async def test_an_empty_queue_starts_its_clock_again(pool: ArqRedis) -> None:
     queue = ArqQueue(pool)
     for number in range(3):
         await queue.enqueue(job("a", "background", number))
     assert len(await run_queue(pool, MODEL, max_jobs=1)) == 3
-    # Everything was served: the next jobs start after the last round handed out, a's past backlog held against
-    # neither a nor a newcomer (b's joins the round of a's, the one being served).
+    # Everything was served: no flow waits, none is owed a turn, so the clock starts again (the scores never creep
+    # towards the present): a's past backlog is held against neither a nor a newcomer.
     await queue.enqueue(job("a", "background", 3))
     await queue.enqueue(job("b", "background", 0))
     scores = dict(await pool.zrange(model_queue(MODEL), 0, -1, withscores=True))
-    base = band_base_ms("background")
-    assert scores == {b"resp_a_bg3": base + 3, b"resp_b_bg0": base + 3}
+    first_background = FIRST_SCORE_MS + 1
+    assert scores == {b"resp_a_bg3": first_background, b"resp_b_bg0": first_background}
     assert await run_queue(pool, MODEL, max_jobs=1) == ["resp_a_bg3", "resp_b_bg0"]
-    # With the queue empty again, a newcomer starts at the highest round, not at 0 (behind nobody, before nobody).
     await queue.enqueue(job("c", "background", 0))
-    assert await pool.zscore(model_queue(MODEL), "resp_c_bg0") == base + 3
+    assert await pool.zscore(model_queue(MODEL), "resp_c_bg0") == first_background
 
 
 async def test_a_requeued_job_is_scored_fairly_too(pool: ArqRedis) -> None:

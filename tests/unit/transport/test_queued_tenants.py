@@ -63,7 +63,7 @@ async def test_the_index_is_trimmed_as_the_queue_is_served_without_a_scrape(pool
         await queue.enqueue(job(f"resp_a{number}", "project:a", "background"))
     await run_queue(pool, "small")
     await queue.enqueue(job("resp_next", "project:b", "background"))
-    # Every entry below the oldest job left in the band went with the enqueue: only the new one is named.
+    # Every entry below the oldest job left or above the newest went with the enqueue: only the new one is named.
     assert await pool.zrange(index_key(model_queue("small")), 0, -1) == [b"resp_next project:b"]
 
 

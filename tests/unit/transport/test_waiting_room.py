@@ -1,6 +1,6 @@
-"""Embedded mode's waiting room admits jobs in the fair order as places free: class first (interactive,
-background, batch), tenants in turn within a class, each tenant's jobs first in, first out; a waiter that gives up
-passes its turn on."""
+"""Embedded mode's waiting room admits jobs in the fair order as places free: each tenant's jobs of a class a flow,
+the flows in turn by their classes' weights (a tie to the more urgent class), each tenant's jobs first in, first
+out, the place kept for interactive jobs to them only; a waiter that gives up passes its turn on."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ async def test_the_waiting_room_admits_in_the_fair_order_as_places_free() -> Non
     await asyncio.sleep(0)
     assert started == ["a-bg0"]
     assert (room.running, room.waiting) == (1, 5)
-    expected = ["a-bg0", "b-int0", "a-bg1", "b-bg0", "a-bg2", "c-batch0"]
+    expected = ["a-bg0", "b-int0", "b-bg0", "c-batch0", "a-bg1", "a-bg2"]
     for index, name in enumerate(expected):
         assert started == expected[: index + 1]
         release[name].set()
@@ -131,15 +131,15 @@ async def test_one_place_is_kept_for_interactive_jobs() -> None:
     held["a-bg0"].set()
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert started[-1] == "b-int1"  # an interactive job may take any place
+    assert started[-1] == "c-batch0"  # it waited under an earlier tag than b-int1: its turn first
     held["b-int0"].set()
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert started[-1] == "a-bg2"  # b-int1 holds the kept place: two deferrable jobs may run
+    assert started[-1] == "b-int1"  # two deferrable jobs run: the free place is the kept one, an interactive job's
     held["a-bg1"].set()
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert started[-1] == "c-batch0"
+    assert started[-1] == "a-bg2"
     held["b-int1"].set()
     await asyncio.sleep(0)
     await asyncio.sleep(0)
@@ -154,7 +154,7 @@ async def test_one_place_is_kept_for_interactive_jobs() -> None:
     for name in ("c-batch0", "a-bg3"):
         held[name].set()
     await asyncio.gather(*tasks)
-    assert started == ["a-bg0", "a-bg1", "b-int0", "b-int1", "a-bg2", "c-batch0", "a-bg3"]
+    assert started == ["a-bg0", "a-bg1", "b-int0", "c-batch0", "b-int1", "a-bg2", "a-bg3"]
     assert (room.running, room.running_deferrable, room.waiting) == (0, 0, 0)
 
 
@@ -245,4 +245,17 @@ async def test_a_tenant_alone_never_preempts_its_own_jobs_and_a_resumed_job_goes
     assert holders.started[-1] == "a-bg-resumed"  # before a-bg1, which came first
     await holders.end("a-bg-resumed")
     assert holders.started[-1] == "a-bg1"
+    await holders.close()
+
+
+async def test_a_place_freed_by_a_preemption_goes_to_an_interactive_job_not_to_the_turn_of_another_class() -> None:
+    holders = Holders(places=6)
+    await holders.add(*(job(f"a-bg{number}", "a", "background") for number in range(5)), job("a-int0", "a"))
+    await holders.add(job("c-bg0", "c", "background"))  # waits, under the tag being served
+    await holders.add(job("b-int0", "b"), job("b-int1", "b"))
+    # Three tenants: two places each. Beta's second job waits under a later tag than c-bg0 (its flow's second),
+    # but the place alpha gives back for it is beta's, not gamma's background job's.
+    assert holders.asked == ["a-bg4", "a-bg3"]
+    assert holders.started[-2:] == ["b-int0", "b-int1"]
+    assert "c-bg0" not in holders.started
     await holders.close()
