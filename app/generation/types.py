@@ -106,7 +106,6 @@ class PromptRenderer(Protocol):
         generation prompt did (DeepSeek R1, Qwen3.5, GLM-4.7 thinking), so the output starts inside it."""
         ...
 
-
     def grammar_builds(self, grammar: str) -> bool:
         """Whether llama.cpp builds `grammar` (checked where the request arrives, so that one it cannot build is a
         400 rather than a failed generation)."""
