@@ -25,8 +25,11 @@ class Deployment:
     mode: str
     api: ServerProcess
     client: openai.OpenAI
-    #: The log of the process that loads the model (the server, or the worker).
-    model_log: Path
+    #: The processes' logs (the server; or the API node and the worker, which loads the model).
+    logs: list[Path]
+
+    def log_text(self) -> str:
+        return "".join(path.read_text() for path in self.logs)
 
 
 def _env(database_url: str) -> dict[str, str]:
@@ -50,7 +53,7 @@ def gemma(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         try:
             wait_until_ready(api.base_url)
             with sdk_client(api.base_url) as client:
-                yield Deployment("embedded", api, client, api.log_path)
+                yield Deployment("embedded", api, client, [api.log_path])
         finally:
             api.stop()
         return
@@ -65,7 +68,7 @@ def gemma(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         try:
             wait_until_ready(api.base_url)
             with sdk_client(api.base_url) as client:
-                yield Deployment("distributed", api, client, worker.log_path)
+                yield Deployment("distributed", api, client, [api.log_path, worker.log_path])
         finally:
             api.stop()
             worker.stop()
