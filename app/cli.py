@@ -58,8 +58,10 @@ def _serve(args: argparse.Namespace) -> int:
     # Text: uvicorn's own log config, as ever. JSON: ours, for every logger, uvicorn's access log included.
     # Either way, access lines drop query values (metadata filter values).
     log_config: dict[str, Any] | None = with_query_values_dropped(LOGGING_CONFIG)
+    # The app's own lines go to the root logger (uvicorn's text config covers only uvicorn's: without this a model's
+    # load and its warnings were never seen).
+    configure_logging(settings.log_format, args.log_level)
     if settings.log_format == "json":
-        configure_logging("json", args.log_level)
         log_config = None
     app = create_app(settings, database_ready=True)
     uvicorn.run(

@@ -20,6 +20,7 @@ import llama_cpp
 import redis
 
 from app.config import Settings
+from app.generation.kv.window import geometry_of
 from app.generation.prompt import ChatMessage
 from app.generation.tokenizer import ChatTokenizer
 from app.testing.databases import fresh_postgres_database
@@ -56,16 +57,13 @@ def raw_stream(threads: int, tokens: int, *, gpu: bool = False) -> StreamTiming:
     return StreamTiming(ttft_s=first - started, deltas=produced, tokens_per_s=(produced - 1) / (last - first))
 
 
-def kv_bytes_per_token() -> int:
-    """KV cache bytes one token takes on the shipped model: K and V, f16 (llama.cpp's default), every layer;
-    from the GGUF header (the vocabulary-only load reads no weights)."""
-    llm = llama_cpp.Llama(model_path=str(Settings().resolved_model_path), vocab_only=True, verbose=False)
+def kv_bytes_per_token(model: Path | None = None) -> int:
+    """KV cache bytes one token takes on the shipped model (or `model`): K and V, f16 (llama.cpp's default), every
+    layer, of the real head sizes (key_length, value_length: Gemma 3's are not embedding / heads); from the GGUF
+    header (the vocabulary-only load reads no weights)."""
+    llm = llama_cpp.Llama(model_path=str(model or Settings().resolved_model_path), vocab_only=True, verbose=False)
     try:
-        meta = llm.metadata
-        arch = meta["general.architecture"]
-        head_dim = int(meta[f"{arch}.embedding_length"]) // int(meta[f"{arch}.attention.head_count"])
-        kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", meta[f"{arch}.attention.head_count"]))
-        return int(meta[f"{arch}.block_count"]) * 2 * kv_heads * head_dim * 2
+        return geometry_of(llm.metadata, 0).bytes_per_token
     finally:
         llm.close()
 
@@ -73,7 +71,8 @@ def kv_bytes_per_token() -> int:
 class LlamaServer:
     """llama.cpp's own server on the same model file and threads (bench/build_llama_server.sh builds it). With
     `gpu`, every layer offloaded; with `n_ctx_per_slot`, `parallel` slots of that many KV cells each (split, as
-    ours) rather than its default of one pool they share; `extra`: more arguments (`--kv-unified`)."""
+    ours) rather than its default of one pool they share; `extra`: more arguments (`--kv-unified`); `model`: another
+    GGUF than the shipped one."""
 
     def __init__(
         self,
@@ -85,9 +84,10 @@ class LlamaServer:
         gpu: bool = False,
         n_ctx_per_slot: int | None = None,
         extra: tuple[str, ...] = (),
+        model: Path | None = None,
     ) -> None:
         self.port = free_port()
-        command = [str(binary), "-m", str(Settings().resolved_model_path), "--port", str(self.port)]
+        command = [str(binary), "-m", str(model or Settings().resolved_model_path), "--port", str(self.port)]
         command += ["-t", str(threads), "-tb", str(threads), "--log-disable"]
         if parallel is not None:
             command += ["-np", str(parallel)]

@@ -112,6 +112,14 @@ class ModelSettings(BaseSettings):
         "chained turn reads only its new tokens) or 'exact' (a cache hit gives exactly a cold read's output; "
         "prompts are read in fixed 64-token chunks and the previous answer is read again).",
     )
+    kv_swa_full: bool = Field(
+        False,
+        description="Sliding-window models (Gemma 2/3...): give the window layers a cache of the whole context, as "
+        "llama.cpp's --swa-full, instead of one sized to the window (false, the default: a fraction of the memory). "
+        "With a window-sized cache a sequence's cells serve a later prompt only where it still holds the window "
+        "before the point of reuse; a full-size one lets a prompt cut a cached sequence anywhere. Always on with "
+        "RESPONSES_KV_REUSE=exact. Saved prefix states keep only the window either way.",
+    )
     reasoning_tags: str | None = Field(
         None,
         description="The model's reasoning markers as 'open,close' (e.g. '<think>,</think>'), or 'none'; "

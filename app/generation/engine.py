@@ -42,10 +42,12 @@ import numpy as np
 from app.config import Settings
 from app.generation.dialects.families import dialect_named
 from app.generation.job import ClassWeights, FairOrder, class_weights
+from app.generation.kv.context import ContextLayout
 from app.generation.kv.pool import KvPool
 from app.generation.kv.prefix_cache import PrefixCache, StateFiles
 from app.generation.kv.reuse import KvReuse, KvReuseMode, prompt_shares
 from app.generation.kv.slots import KvSlots, Slot
+from app.generation.kv.window import geometry_of, model_metadata, report_load, report_unload
 from app.generation.registry import ModelSpec
 from app.generation.request import GenerationRequest as GenerationRequest  # where callers import it from
 from app.generation.sampling import sampler_chain, scored_piece
@@ -93,6 +95,8 @@ class LlamaEngine:
         kv_unified: bool = False,
         kv_pool: int = 0,
         weights: ClassWeights | None = None,
+        swa_full: bool = False,
+        name: str = "",
     ) -> None:
         # llama.cpp reports every tensor and buffer as it loads; keep only its errors.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -103,25 +107,12 @@ class LlamaEngine:
         if not self._model:
             raise EngineError(f"llama.cpp could not load {model_path}")
         self.n_ctx: int = n_ctx or llama_cpp.llama_model_n_ctx_train(self._model)
-        params = llama_cpp.llama_context_default_params()
-        # n_ctx cells per sequence: split, each sequence a window of its own; unified, one pool they share (as
-        # llama-server), so llama.cpp decodes all their tokens in one ubatch. Exact reuse needs split windows: in
-        # a pool a sequence's cells sit wherever other sequences left room, and attention sums in cell order.
-        # `kv_pool` cells: one unified pool of that size, each sequence growing into it (kv/pool.py).
-        pooled = kv_pool > 0 and kv_reuse != "exact"
-        params.n_ctx = kv_pool if pooled else self.n_ctx * slots
-        params.n_seq_max = slots
-        params.kv_unified = pooled or (kv_unified and kv_reuse != "exact")
-        params.n_batch = params.n_ubatch = BATCH_TOKENS
-        if n_threads:
-            params.n_threads = params.n_threads_batch = n_threads
-        params.n_threads_batch = n_threads_batch or params.n_threads_batch  # prompts may use more cores
-        params.no_perf = True
-        if model_params.n_gpu_layers == 0:
-            # NOTE: on the CPU, llama.cpp's flash attention takes a tiled path for large batches only, so a
-            # prompt read in two chunks (a reused prefix, then the rest) rounds differently from one read whole,
-            # and temperature 0 answers drift. Without it the two agree exactly, at no measured cost here.
-            params.flash_attn_type = 0
+        n_swa = max(llama_cpp.llama_model_n_swa(self._model), 0)
+        self.geometry = geometry_of(model_metadata(self._model), n_swa)
+        layout = ContextLayout(self.n_ctx, slots, BATCH_TOKENS, kv_reuse, kv_unified, kv_pool, n_swa, swa_full)
+        params = layout.params(
+            n_threads=n_threads, n_threads_batch=n_threads_batch, on_cpu=model_params.n_gpu_layers == 0
+        )
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -135,9 +126,14 @@ class LlamaEngine:
         self._dialect_tokens: dict[str, tuple[frozenset[int], frozenset[int]]] = {}
         self._cache = prefix_cache
         self._reuse = KvReuse(kv_reuse, BATCH_TOKENS)
-        self._kv = KvSlots(self._ctx, slots, prefix_cache, self._reuse)
+        self._kv = KvSlots(self._ctx, slots, prefix_cache, self._reuse, n_swa)
+        #: Bytes of the context's KV cache and of the model's weights (the load's log line, and metrics).
+        self.kv_cache_bytes = layout.cache_bytes(self.geometry)
+        self.model_bytes: int = llama_cpp.llama_model_size(self._model)
+        self.name = name or model_path.name
+        report_load(self.name, self.geometry, self.kv_cache_bytes, self.model_bytes, layout.full_window)
         self._slots = self._kv.slots
-        self.pool = KvPool(llama_cpp.llama_n_ctx(self._ctx) if pooled else 0)
+        self.pool = KvPool(llama_cpp.llama_n_ctx(self._ctx) if layout.pooled else 0)
         self._arrivals = itertools.count()
         self._requests: queue.SimpleQueue[GenerationRequest | None] = queue.SimpleQueue()
         #: Submitted requests waiting for a free slot (engine thread only).
@@ -164,6 +160,8 @@ class LlamaEngine:
             kv_reuse=settings.kv_reuse,
             kv_pool=settings.kv_pool_tokens,
             weights=class_weights(settings),
+            swa_full=settings.kv_swa_full,
+            name=spec.id,
         )
 
     @property
@@ -172,10 +170,8 @@ class LlamaEngine:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV cache bytes one token's cells take (f16 keys and values in every layer)."""
-        head_dim = llama_cpp.llama_model_n_embd(self._model) // llama_cpp.llama_model_n_head(self._model)
-        kv_width = head_dim * llama_cpp.llama_model_n_head_kv(self._model)
-        return int(llama_cpp.llama_model_n_layer(self._model) * 2 * kv_width * 2)
+        """KV cache bytes one token's cells take (f16 keys and values of the real head sizes, every layer)."""
+        return self.geometry.bytes_per_token
 
     @property
     def cached_bytes(self) -> int:
@@ -205,6 +201,7 @@ class LlamaEngine:
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
         llama_cpp.llama_model_free(self._model)
+        report_unload(self.name)
 
     # The engine thread.
 
@@ -298,6 +295,10 @@ class LlamaEngine:
             request.emit(Finish(reason, len(prompt), 0, 0))
             return
         request.end_tokens, request.markup_tokens = self._tokens_of(request.dialect)
+        if request.sampling.prefill_only and len(prompt) > 1:
+            # A warm-up leaves its last token to the turn it warms (which reads it anyway): its saved state is
+            # then exactly the prefix that turn reuses, which a sliding-window model's needs (kv/window.py).
+            prompt = prompt[:-1]
         slot, reused = self._kv.take(request.cache_scope, prompt, read_cache=request.sampling.read_cache)
         resumed = request.sampling.resumed_output_tokens
         slot.sampler = self._sampler(request.sampling, prompt[len(prompt) - resumed :] if resumed else [])

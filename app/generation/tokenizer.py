@@ -13,18 +13,12 @@ from typing import Any
 import llama_cpp
 
 from app.generation.chat.control_tokens import ControlTexts, Vocabulary, tokenize_shielded
+from app.generation.chat.defaults import default_template
 from app.generation.chat.template import ChatTemplate
 from app.generation.dialects.detection import detect_syntax
 from app.generation.prompt import ChatMessage
 from app.generation.registry import ModelSpec
 from app.generation.types import MIN_OUTPUT_TOKENS, ContextTooLong
-
-# Used only when a GGUF carries no template of its own.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 DEFAULT_REASONING_TAGS = ("<think>", "</think>")
 #: The token attributes llama.cpp reads only with special tokens parsed (the others, user-defined tokens such as
@@ -67,7 +61,10 @@ class ChatTokenizer:
         # A vocabulary-only load reports no trained context; the GGUF metadata has it.
         trained = int(metadata.get(f"{metadata.get('general.architecture', 'llama')}.context_length", 0))
         self.n_ctx = min(n_ctx or trained, kv_pool_tokens) if kv_pool_tokens else n_ctx or trained
-        source = chat_template or metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        source = chat_template or metadata.get("tokenizer.chat_template")
+        if not source:
+            architecture = metadata.get("general.architecture", "")
+            source = default_template(architecture, self._single_token, model).source
         vocab = self._vocab._model.vocab
         self._vocab_handle = vocab
         self._bos = llama_cpp.llama_vocab_bos(vocab)

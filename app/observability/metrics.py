@@ -123,6 +123,14 @@ PREFIX_CACHE_BYTES = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livesum",
 )
+MODEL_MEMORY_BYTES = Gauge(
+    f"{PREFIX}_model_memory_bytes",
+    "Memory a loaded model takes in this process: its weights (part=weights) and its context's KV cache "
+    "(part=kv_cache, as sized at load: the window layers' to the window unless RESPONSES_KV_SWA_FULL).",
+    ["model", "part"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
 MODEL_WORKERS = Gauge(
     f"{PREFIX}_model_workers",
     "Processes that can run the model's jobs now (workers serving it; 1 in embedded mode), as of the last scrape.",

@@ -16,6 +16,7 @@ import numpy as np
 
 from app.generation.kv.prefix_cache import PrefixCache, common_prefix_length
 from app.generation.kv.reuse import KvReuse
+from app.generation.kv.window import saved_window_start, window_holds
 from app.generation.request import GenerationRequest
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,12 @@ class Slot:
 class KvSlots:
     """The slots of one llama.cpp context, and what their cells share with prompts and the prefix cache."""
 
-    def __init__(self, ctx: llama_cpp.llama_context_p, count: int, cache: PrefixCache | None, reuse: KvReuse) -> None:
+    def __init__(
+        self, ctx: llama_cpp.llama_context_p, count: int, cache: PrefixCache | None, reuse: KvReuse, n_swa: int = 0
+    ) -> None:
         self._ctx = ctx
+        #: The model's attention window (0: none); see kv/window.py.
+        self.n_swa = n_swa
         self._memory = llama_cpp.llama_get_memory(ctx)
         self.slots = [Slot(seq_id) for seq_id in range(count)]
         self.cache = cache
@@ -74,22 +79,29 @@ class KvSlots:
 
     def take(self, scope: str, prompt: list[int], *, read_cache: bool) -> tuple[Slot, int]:
         """The free slot for `prompt` and how many of its leading tokens that slot's cells now hold (the rest it
-        reads): the slot sharing the longest prefix with it, or a saved longer one restored there. Cells past
-        that are dropped."""
-        free = [(slot, self.shared_prefix(slot, scope, prompt)) for slot in self.slots if slot.request is None]
-        # On a tie (no prefix shared, say) a slot whose cells are saved or empty: an unsaved state is lost when
-        # its slot is taken.
-        slot, reused = max(free, key=lambda candidate: (candidate[1], not candidate[0].unsaved))
+        reads): the slot it gains most from (see choose), or a saved longer state restored there. Cells past that
+        are dropped."""
+        slot, shared = self.choose(scope, prompt)
         slot.unsaved = False
-        if not read_cache:  # read cold: its cells are still saved for later prompts
-            reused = 0
-        else:
-            reused = self.reuse.usable(self.restore(slot, scope, prompt, reused), len(prompt))
+        reused = self.restore(slot, scope, prompt, shared) if read_cache else 0  # cold: its cells stay saved
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         slot.tokens = prompt[:reused]
         slot.scope = scope
         slot.pending = prompt[reused:]
         return slot, reused
+
+    def choose(self, scope: str, prompt: list[int]) -> tuple[Slot, int]:
+        """The free slot to take and the prefix its cells share with `prompt`: the one whose shared prefix most
+        outweighs the cells taking it drops (which a later prompt of theirs would read again), so a short prompt
+        that shares a few template tokens with a long cached one takes an empty slot instead (issue 34). On a tie,
+        a slot whose cells are saved or empty: an unsaved state is lost when its slot is taken."""
+        free = [(slot, self.shared_prefix(slot, scope, prompt)) for slot in self.slots if slot.request is None]
+
+        def gain(candidate: tuple[Slot, int]) -> tuple[int, bool]:
+            slot, shared = candidate
+            return shared - (len(slot.tokens) - shared), not slot.unsaved
+
+        return max(free, key=gain)
 
     def shared_prefix(self, slot: Slot, scope: str, prompt: list[int]) -> int:
         """How many leading prompt tokens the slot's cells hold that this scope may reuse."""
@@ -97,16 +109,30 @@ class KvSlots:
             return 0
         return common_prefix_length(np.asarray(slot.tokens, dtype=np.int32), np.asarray(prompt, dtype=np.int32))
 
-    def restore(self, slot: Slot, scope: str, prompt: list[int], reused: int) -> int:
-        """How many leading prompt tokens the slot's KV cells hold (`reused` as it is), after restoring a
-        longer saved state of the same scope."""
+    def restore(self, slot: Slot, scope: str, prompt: list[int], shared: int) -> int:
+        """How many leading prompt tokens the prompt reuses (never its last; exact mode: whole chunks; a sliding-
+        window model: only where the window layers hold what comes next, see kv/window.py): of the slot's own
+        cells (`shared` of them match), or of a saved state of the same scope restored in their place when it
+        serves longer."""
         if self.cache is None:
             self.clear(slot)
             return 0
+        length = len(prompt)
+        own = self.reuse.usable(shared, length)
+        if own < len(slot.tokens) and not window_holds(self.n_swa, self.window_start(slot), own):
+            own = 0
         match = self.cache.best_match(scope, prompt)
-        if match is None or self.reuse.usable(match[0], len(prompt)) <= self.reuse.usable(reused, len(prompt)):
-            return reused
-        shared, saved = match
+        if match is None:
+            return own
+        saved = match[1]
+        usable = self.reuse.usable(match[0], length)
+        start = saved_window_start(self.n_swa, len(saved.tokens))
+        # NOTE: exact mode takes no saved state whose window cells llama.cpp cut: restored, they sit in other cells
+        # than a cold read puts them in, and attention sums them in another order (the last digits differ).
+        if (self.reuse.exact and start) or (usable < len(saved.tokens) and not window_holds(self.n_swa, start, usable)):
+            usable = 0
+        if usable <= own:
+            return own
         self.clear(slot)
         # llama.cpp only reads the state: no copy of a bytearray (what save keeps).
         buffer = ctypes.c_uint8 * len(saved.data)
@@ -115,10 +141,19 @@ class KvSlots:
         )
         if llama_cpp.llama_state_seq_set_data(self._ctx, data, len(saved.data), slot.seq_id):
             slot.tokens = saved.tokens.tolist()
-            return shared
-        logger.warning("could not restore a saved prefix; reading the prompt in full")
+            if usable == len(slot.tokens) or window_holds(self.n_swa, self.window_start(slot), usable):
+                return usable
+            logger.warning("a restored prefix lacks window cells; reading the prompt in full")
+        else:
+            logger.warning("could not restore a saved prefix; reading the prompt in full")
         self.clear(slot)
         return 0
+
+    def window_start(self, slot: Slot) -> int:
+        """The first position the slot's window layers hold (0 without a window: every cell is there)."""
+        if self.n_swa <= 0 or not slot.tokens:
+            return 0
+        return int(llama_cpp.llama_memory_seq_pos_min(self._memory, slot.seq_id))
 
     def clear(self, slot: Slot) -> None:
         """Drop every KV cell of the slot's sequence."""
