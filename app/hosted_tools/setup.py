@@ -185,6 +185,8 @@ def parse_hosted(
     hosted = HostedRequest()
     for index, tool in enumerate(tools or []):
         kind = tool.get("type")
+        if not isinstance(kind, str):
+            continue  # not a tool of ours: the tools' own parsing answers its 400
         param = f"tools[{index}]"
         if kind == FILE_SEARCH:
             name, config = FILE_SEARCH, _file_search(tool, param, includes or [])

@@ -173,7 +173,7 @@ def _functions_of(
                 else:
                     functions.append(_function(member.model_dump(), where, namespace.name))
                     schema_params[functions[-1].name] = f"{where}.parameters"
-        elif kind == "mcp" or kind in hosted_types:
+        elif kind == "mcp" or (isinstance(kind, str) and kind in hosted_types):
             # An MCP server's tools (listed and offered by app/responses/mcp_tools.py), or a hosted tool this server
             # runs (app/hosted_tools/setup.py): offered among `mcp`.
             continue

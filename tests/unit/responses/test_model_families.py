@@ -17,7 +17,7 @@ import pytest
 from app.events.assembler import ResponseAssembler
 from app.generation.dialects.families import DIALECTS, dialect_named
 from app.generation.local_runner import LocalRunner
-from app.generation.types import Finish
+from app.generation.types import Finish, PromptRenderer
 from app.schemas.responses import ResponseObject
 from app.testing.fakes import FakeRenderer
 from app.testing.mcp_server import ToolServer, tool_server
@@ -127,9 +127,20 @@ def engine() -> Iterator[ScriptedEngine]:
     scripted.close()
 
 
+class ScriptedRunner(LocalRunner):
+    """The real runner on the scripted engine; its tool rounds rendered by the test's renderer (the app's)."""
+
+    def __init__(self, engine: ScriptedEngine, renderer: FakeRenderer) -> None:
+        super().__init__(engine)  # type: ignore[arg-type]
+        self.prompt_renderer = renderer
+
+    async def renderer(self, model: str) -> PromptRenderer:
+        return self.prompt_renderer  # type: ignore[return-value]
+
+
 @pytest.fixture
-def runner(engine: ScriptedEngine) -> LocalRunner:
-    return LocalRunner(engine)  # type: ignore[arg-type]
+def runner(engine: ScriptedEngine, renderer: FakeRenderer) -> LocalRunner:
+    return ScriptedRunner(engine, renderer)
 
 
 def speak(renderer: FakeRenderer, engine: ScriptedEngine, family: str, *outputs: str) -> str:
@@ -308,7 +319,7 @@ async def calculator() -> Any:
         yield running
 
 
-@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1")
+@pytest.mark.settings(outbound_allowed_hosts="127.0.0.1:*")
 async def test_an_mcp_tool_called_in_a_family_s_syntax_is_made_by_the_tool_loop(
     client: httpx.AsyncClient, renderer: FakeRenderer, engine: ScriptedEngine, calculator: ToolServer
 ) -> None:
@@ -322,7 +333,7 @@ async def test_an_mcp_tool_called_in_a_family_s_syntax_is_made_by_the_tool_loop(
     assert reply.status_code == 200, reply.text
     final = assert_well_formed_stream(parse_sse(reply.text))
     types = [item["type"] for item in final["output"]]
-    assert types == ["mcp_list_tools", "reasoning", "mcp_call", "message"], types
+    assert types == ["mcp_list_tools", "reasoning", "mcp_call", "message"], (final["status"], final["error"])
     assert final["output"][2]["output"] == "5" and final["output"][3]["content"][0]["text"] == "The sum is 5."
     assert final["output"][3]["phase"] == "final_answer"
 
