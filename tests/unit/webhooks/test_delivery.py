@@ -216,7 +216,7 @@ async def test_the_event_commits_with_the_final_state_or_not_at_all(
         async with app_runtime.database.transaction() as session:
             await jobs.expire_leases(session)
             failed = {"status": "failed", "error": {"code": "server_error", "message": "x"}}
-            assert await transitions.end_unheld(session, created["id"], now=utc_now(), values=failed)
+            assert await transitions.end_unheld(session, created["id"], values=failed)
             count = select(func.count()).select_from(WebhookDeliveryRow)
             assert (await session.execute(count)).scalar_one() == 1
             raise RuntimeError("rolled back")

@@ -1,0 +1,190 @@
+"""Leases are judged by the database's clock, not by the host's (Postgres, distributed mode): a worker or a
+reconciler whose clock runs 30 s fast takes over no live lease, and one whose clock runs 30 s slow writes a lease
+that every other process sees live for its whole length. A host's skewed clock is simulated in-process by moving
+every clock function of the app's modules: the point is that the local clock no longer decides."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import literal_column, text, update
+
+from app.db import base
+from app.db.migrations import upgrade_to_head
+from app.db.models import (
+    ResponseRow,
+)
+from app.db.session import Database
+from app.generation.job import GenerationJob
+from app.jobs import repository as jobs
+from app.jobs.lease import JobLease
+from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.testing.databases import fresh_postgres_database
+from app.transport.base import GenerationQueue
+
+SKEW = timedelta(seconds=30)
+REAL_UTC_NOW = base.utc_now
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    """A database of each test's own: a reconciler round reads every row, none may be another test's."""
+    with fresh_postgres_database() as url:
+        upgrade_to_head(url)
+        yield url
+
+
+@pytest.fixture
+async def database(database_url: str) -> AsyncIterator[Database]:
+    connected = Database.connect(database_url)
+    try:
+        yield connected
+    finally:
+        await connected.dispose()
+
+
+@contextmanager
+def clock_off_by(skew: timedelta) -> Iterator[None]:
+    """This process's clock runs `skew` fast (negative: slow): every app module's clock function says so."""
+
+    def skewed() -> datetime:
+        return REAL_UTC_NOW() + skew
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "app" and getattr(module, "utc_now", None) is REAL_UTC_NOW:
+                patch.setattr(module, "utc_now", skewed)
+        yield
+
+
+async def _queued(database: Database, response_id: str, *, background: bool = True) -> str:
+    async with database.transaction() as session:
+        session.add(
+            ResponseRow(
+                id=response_id,
+                tenant="t",
+                status="queued",
+                model="fake-model",
+                background=background,
+                stream=False,
+                params={},
+                job={"response_id": response_id},
+            )
+        )
+    return response_id
+
+
+async def _claim(database: Database, response_id: str, owner: str, lease_s: float) -> JobLease | None:
+    lease = JobLease(response_id, owner=owner, lease_s=lease_s, keep_job=False)
+    async with database.transaction() as session:
+        return lease if await lease.claim(session, keeps_events=False) is not None else None
+
+
+async def _row(database: Database, response_id: str) -> ResponseRow:
+    async with database.read() as session:
+        row = await jobs.reload(session, response_id)
+    assert row is not None
+    return row
+
+
+async def _lease_left_s(database: Database, response_id: str) -> float:
+    """How long the response's lease has left, by the database's clock."""
+    query = text("SELECT lease_expires_at - statement_timestamp() FROM responses WHERE id = :id")
+    async with database.read() as session:
+        left = (await session.execute(query, {"id": response_id})).scalar_one()
+    assert isinstance(left, timedelta)
+    return left.total_seconds()
+
+
+async def test_a_worker_whose_clock_runs_fast_does_not_take_over_a_live_lease(database: Database) -> None:
+    response_id = await _queued(database, "resp_fast_taker")
+    assert await _claim(database, response_id, "worker_a", lease_s=15) is not None
+    with clock_off_by(SKEW):
+        # By this host's clock worker_a's lease ran out 15 s ago; by the database's it has 15 s left.
+        assert await _claim(database, response_id, "worker_fast", lease_s=15) is None
+    row = await _row(database, response_id)
+    assert (row.status, row.lease_owner, row.attempts) == ("in_progress", "worker_a", 1)
+
+
+async def test_a_worker_whose_clock_runs_slow_writes_a_lease_live_for_its_whole_length(database: Database) -> None:
+    response_id = await _queued(database, "resp_slow_writer")
+    with clock_off_by(-SKEW):
+        slow = await _claim(database, response_id, "worker_slow", lease_s=15)
+        assert slow is not None
+        assert 14 < await _lease_left_s(database, response_id) <= 15
+        async with database.transaction() as session:
+            assert await slow.renew(session) is False  # still ours, no cancel asked
+        assert 14 < await _lease_left_s(database, response_id) <= 15
+    # Another worker, its clock right, sees the lease live and leaves the job alone.
+    assert await _claim(database, response_id, "worker_b", lease_s=15) is None
+    assert (await _row(database, response_id)).lease_owner == "worker_slow"
+
+
+async def test_a_lease_written_by_a_fast_clock_runs_out_on_time(database: Database) -> None:
+    """The other way round: a fast clock's lease is not longer than it says, so its job is taken over once it
+    lapses (a clock 30 s fast would otherwise write a 1 s lease that holds for 31)."""
+    response_id = await _queued(database, "resp_fast_writer")
+    with clock_off_by(SKEW):
+        assert await _claim(database, response_id, "worker_fast", lease_s=1) is not None
+    assert await _lease_left_s(database, response_id) <= 1
+    await asyncio.sleep(1.2)  # the fast worker froze past its lease
+    assert await _claim(database, response_id, "worker_b", lease_s=15) is not None
+    assert (await _row(database, response_id)).lease_owner == "worker_b"
+
+
+class RecordingQueue:
+    """The reconciler's queue: records what it is handed; no worker, no bus."""
+
+    bus = None
+
+    def __init__(self) -> None:
+        self.requeued: list[str] = []
+
+    async def requeue(self, job: GenerationJob, previous_owner: str | None) -> None:
+        self.requeued.append(job.response_id)
+
+    async def job_is_waiting(self, response_id: str) -> bool:
+        return True
+
+    async def release_stranded(self) -> int:
+        return 0
+
+    async def live_workers(self, model: str | None = None) -> int:
+        return 1
+
+
+def _reconciler(database: Database, queue: RecordingQueue) -> Reconciler:
+    return Reconciler(database, cast(GenerationQueue, queue), RecoveryPolicy(lease_s=15, max_attempts=3))
+
+
+async def test_a_reconciler_whose_clock_runs_fast_takes_over_and_ends_nothing_live(database: Database) -> None:
+    background = await _queued(database, "resp_live_background")
+    foreground = await _queued(database, "resp_live_foreground", background=False)
+    for response_id in (background, foreground):
+        assert await _claim(database, response_id, "worker_a", lease_s=15) is not None
+    queue = RecordingQueue()
+    with clock_off_by(SKEW):
+        report = await _reconciler(database, queue).run_round()
+    assert (report.taken_over, report.ended, queue.requeued) == (0, 0, [])
+    for response_id in (background, foreground):
+        row = await _row(database, response_id)
+        assert (row.status, row.lease_owner) == ("in_progress", "worker_a")
+
+
+async def test_a_reconciler_whose_clock_runs_slow_still_settles_a_lease_that_ran_out(database: Database) -> None:
+    response_id = await _queued(database, "resp_lapsed", background=False)
+    assert await _claim(database, response_id, "worker_gone", lease_s=15) is not None
+    lapsed: dict[str, Any] = {"lease_expires_at": literal_column("statement_timestamp() - interval '1 second'")}
+    async with database.transaction() as session:
+        await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**lapsed))
+    with clock_off_by(-SKEW):
+        # By this host's clock the lease has 29 s left; by the database's it ran out a second ago.
+        report = await _reconciler(database, RecordingQueue()).run_round()
+    assert report.ended == 1
+    assert (await _row(database, response_id)).status == "failed"
