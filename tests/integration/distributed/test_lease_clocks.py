@@ -1,7 +1,9 @@
 """Leases are judged by the database's clock, not by the host's (Postgres, distributed mode): a worker or a
 reconciler whose clock runs 30 s fast takes over no live lease, and one whose clock runs 30 s slow writes a lease
 that every other process sees live for its whole length. A host's skewed clock is simulated in-process by moving
-every clock function of the app's modules: the point is that the local clock no longer decides."""
+every clock function of the app's modules: the point is that the local clock no longer decides. The same holds
+for the other claims processes judge by time: a webhook delivery's, a vector store file's indexing, a `store:
+false` turn's hold on its conversation."""
 
 from __future__ import annotations
 
@@ -15,18 +17,33 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import literal_column, text, update
 
+from app.config import Settings
+from app.conversations import turns
+from app.conversations.turns import ConversationTurn
 from app.db import base
 from app.db.migrations import upgrade_to_head
 from app.db.models import (
+    ConversationRow,
     ResponseRow,
+    VectorStoreFileRow,
+    VectorStoreRow,
+    WebhookDeliveryRow,
+    WebhookEndpointRow,
 )
 from app.db.session import Database
+from app.errors import ApiError
+from app.files.storage import FileWriter
 from app.generation.job import GenerationJob
 from app.jobs import repository as jobs
 from app.jobs.lease import JobLease
 from app.jobs.recovery import Reconciler, RecoveryPolicy
+from app.retrieval.indexing import Indexer
+from app.secrets.sealer import ContentSealer
 from app.testing.databases import fresh_postgres_database
 from app.transport.base import GenerationQueue
+from app.webhooks import repository as webhooks
+from app.webhooks.delivery import DeliveryPolicy, WebhookDeliverer
+from app.webhooks.outbox import record_event
 
 SKEW = timedelta(seconds=30)
 REAL_UTC_NOW = base.utc_now
@@ -188,3 +205,82 @@ async def test_a_reconciler_whose_clock_runs_slow_still_settles_a_lease_that_ran
         report = await _reconciler(database, RecordingQueue()).run_round()
     assert report.ended == 1
     assert (await _row(database, response_id)).status == "failed"
+
+
+async def test_a_webhook_deliverer_whose_clock_runs_fast_takes_no_delivery_another_is_sending(
+    database: Database,
+) -> None:
+    now = REAL_UTC_NOW()
+    async with database.transaction() as session:
+        hook = WebhookEndpointRow(
+            id="we_clock",
+            tenant="t",
+            name="n",
+            url="https://example.com/hook",
+            event_types=["batch.completed"],
+            status="enabled",
+            sealed_secret="sealed",
+            signing_secret_hint="whsec_...abcd",
+            created_at=now,
+            updated_at=now,
+        )
+        await webhooks.insert_endpoint(session, hook)
+        [delivery_id] = await record_event(session, tenant="t", event_type="batch.completed", object_id="batch_1")
+    # Another process claimed it a moment ago and is sending it: its claim holds for 15 s by the database's clock.
+    claimed: dict[str, Any] = {
+        "claim_token": "claim_other",
+        "attempts": 1,
+        "next_attempt_at": literal_column("statement_timestamp() + interval '15 seconds'"),
+    }
+    async with database.transaction() as session:
+        await session.execute(update(WebhookDeliveryRow).where(WebhookDeliveryRow.id == delivery_id).values(**claimed))
+    settings = Settings(database_url="sqlite://", _env_file=None)
+    fast = WebhookDeliverer(database, ContentSealer([b"k" * 32]), settings, DeliveryPolicy(retry_window_s=60))
+    with clock_off_by(SKEW):
+        assert await fast.run_round() == 0
+    async with database.read() as session:
+        row = await session.get(WebhookDeliveryRow, delivery_id)
+    assert row is not None and (row.claim_token, row.attempts, row.status) == ("claim_other", 1, "pending")
+
+
+async def test_an_indexer_whose_clock_runs_fast_takes_no_file_another_is_indexing(database: Database) -> None:
+    async with database.transaction() as session:
+        writer = FileWriter(session, tenant="t", purpose="assistants", filename="notes.txt")
+        await writer.write(b"Leases are judged by the database's clock. " * 20)
+        stored = await writer.close()
+        session.add(VectorStoreRow(id="vs_clock", tenant="t", name="s", embedding_model=None))
+        await session.flush()
+        session.add(VectorStoreFileRow(vector_store_id="vs_clock", id=stored.id, tenant="t", filename="notes.txt"))
+    # Another process claimed it a moment ago and is indexing it: its claim holds for 15 s by the database's clock.
+    claimed: dict[str, Any] = {
+        "claimed_by": "indexer_other",
+        "attempts": 1,
+        "lease_expires_at": literal_column("statement_timestamp() + interval '15 seconds'"),
+    }
+    async with database.transaction() as session:
+        await session.execute(update(VectorStoreFileRow).values(**claimed))
+    settings = Settings(_env_file=None, vector_index_lease_s=15, vector_index_max_attempts=3)
+    with clock_off_by(SKEW):
+        assert await Indexer(database, settings, None).run_round() is False
+    async with database.read() as session:
+        row = await session.get(VectorStoreFileRow, ("vs_clock", stored.id))
+    assert row is not None and (row.claimed_by, row.attempts, row.status) == ("indexer_other", 1, "in_progress")
+
+
+async def test_an_api_node_whose_clock_runs_fast_takes_no_conversation_a_live_unstored_turn_holds(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `store: false` turn has no row to end its hold on the conversation: the hold is a lease (shortened here
+    from 10 minutes to 15 s, so that 30 s of skew would matter)."""
+    monkeypatch.setattr(turns, "UNSTORED_CLAIM_LEASE_S", 15)
+    async with database.transaction() as session:
+        session.add(ConversationRow(id="conv_clock", tenant="t", created_at=REAL_UTC_NOW()))
+    async with database.transaction() as session:
+        await turns.claim(session, ConversationTurn("conv_clock", 0), "resp_unstored", "t")
+    with clock_off_by(SKEW), pytest.raises(ApiError) as refused:
+        async with database.transaction() as session:
+            await turns.claim(session, ConversationTurn("conv_clock", 0), "resp_fast", "t")
+    assert refused.value.code == "conversation_locked"
+    async with database.read() as session:
+        row = await session.get(ConversationRow, "conv_clock")
+    assert row is not None and row.active_response_id == "resp_unstored"
