@@ -3,14 +3,15 @@ reconciler whose clock runs 30 s fast takes over no live lease, and one whose cl
 that every other process sees live for its whole length. A host's skewed clock is simulated in-process by moving
 every clock function of the app's modules: the point is that the local clock no longer decides. The same holds
 for the other claims processes judge by time: a webhook delivery's, a vector store file's indexing, a `store:
-false` turn's hold on its conversation."""
+false` turn's hold on its conversation, an Idempotency-Key's."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -34,10 +35,13 @@ from app.db.session import Database
 from app.errors import ApiError
 from app.files.storage import FileWriter
 from app.generation.job import GenerationJob
+from app.idempotency import claims
+from app.idempotency.header import KeyedRequest
 from app.jobs import repository as jobs
 from app.jobs.lease import JobLease
 from app.jobs.recovery import Reconciler, RecoveryPolicy
 from app.retrieval.indexing import Indexer
+from app.runtime import Runtime
 from app.secrets.sealer import ContentSealer
 from app.testing.databases import fresh_postgres_database
 from app.transport.base import GenerationQueue
@@ -284,3 +288,29 @@ async def test_an_api_node_whose_clock_runs_fast_takes_no_conversation_a_live_un
     async with database.read() as session:
         row = await session.get(ConversationRow, "conv_clock")
     assert row is not None and row.active_response_id == "resp_unstored"
+
+
+@dataclass
+class KeysRuntime:
+    """What an Idempotency-Key's claim reads of the runtime."""
+
+    database: Database
+    settings: Settings
+
+
+@pytest.mark.parametrize("skewed", ["the node that holds the key runs slow", "the node that retries runs fast"])
+async def test_an_idempotency_key_whose_request_still_runs_is_not_taken_over_for_a_skewed_clock(
+    database: Database, skewed: str
+) -> None:
+    """A key held by a running request is taken over only once the request has held it past
+    RESPONSES_IDEMPOTENCY_ABANDONED_S (15 s here, so that 30 s of skew would matter): a retry meanwhile waits, then
+    is a 409, rather than running the create a second time."""
+    settings = Settings(_env_file=None, idempotency_abandoned_s=15, idempotency_wait_s=0.2)
+    runtime = cast(Runtime, KeysRuntime(database, settings))
+    keyed = KeyedRequest("key-clock", "hash-of-the-request")
+    holder, retrier = (clock_off_by(-SKEW), nullcontext()) if "slow" in skewed else (nullcontext(), clock_off_by(SKEW))
+    with holder:
+        assert isinstance(await claims.claim_key(runtime, "t", keyed), claims.Claim)
+    with retrier, pytest.raises(ApiError) as refused:
+        await claims.claim_key(runtime, "t", keyed)
+    assert refused.value.code == "idempotency_key_in_use"
