@@ -212,10 +212,7 @@ async def _writer(
         payloads = [{**DELTA, "sequence_number": number + offset} for offset in range(batch)]
         step = jobs.ProgressStep(position=position, pieces=[" bread"] * batch, ids=[])
         async with sessionmaker() as session, session.begin():
-            now = utc_now()
-            held, _, _ = await jobs.renew(
-                session, response_id, holder=holder, now=now, lease_until=now + timedelta(seconds=15), progress=step
-            )
+            held, _, _ = await jobs.renew(session, response_id, holder=holder, lease_s=15.0, progress=step)
             assert held
             await jobs.insert_events(session, response_id, payloads)
         number, position = number + batch, position + 1

@@ -4,13 +4,13 @@ on a conversation while it runs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utc_now
+from app.db.clock import database_in, database_now
 from app.db.models import ConversationItemRow, ConversationRow, ResponseRow
 from app.events.terminal import TERMINAL_STATUSES
 
@@ -112,20 +112,21 @@ async def claim(
     *,
     response_id: str,
     seen_revision: int,
-    lease_expired_before: datetime,
+    unstored_lease_s: float,
 ) -> bool:
     """Mark `response_id` as the one response running on the conversation, if the conversation is unchanged
     since the response read it and no other response holds it.
 
     A claim ends when its response releases it, when that response reaches a terminal status (cancelled,
-    failed by recovery: whoever ended it), or, for a response that has no row (store: false), after its lease.
+    failed by recovery: whoever ended it), or, for a response that has no row (store: false), after its lease of
+    `unstored_lease_s`, written and judged by the database's clock (app/db/clock.py), not the API nodes'.
     """
     holder = ConversationRow.active_response_id
     holder_row = select(ResponseRow.id).where(ResponseRow.id == holder)
     free = or_(
         holder.is_(None),
         exists(holder_row.where(ResponseRow.status.in_(TERMINAL_STATUSES))),
-        and_(ConversationRow.locked_at < lease_expired_before, ~exists(holder_row)),
+        and_(ConversationRow.locked_at < database_in(session, -unstored_lease_s), ~exists(holder_row)),
     )
     query = (
         update(ConversationRow)
@@ -135,7 +136,7 @@ async def claim(
             ConversationRow.revision == seen_revision,
             free,
         )
-        .values(active_response_id=response_id, locked_at=utc_now())
+        .values(active_response_id=response_id, locked_at=database_now(session))
         .execution_options(synchronize_session=False)
     )
     return int(getattr(await session.execute(query), "rowcount", 0)) == 1

@@ -10,13 +10,11 @@ nothing, so the conversation stays as it was and the turn can be retried.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.conversations import repository
-from app.db.base import utc_now
 from app.errors import InvalidRequest, NotFound
 from app.generation.prompt import Turn
 
@@ -66,7 +64,7 @@ async def claim(session: AsyncSession, turn: ConversationTurn, response_id: str,
         tenant,
         response_id=response_id,
         seen_revision=turn.revision,
-        lease_expired_before=utc_now() - timedelta(seconds=UNSTORED_CLAIM_LEASE_S),
+        unstored_lease_s=UNSTORED_CLAIM_LEASE_S,
     )
     if claimed:
         return

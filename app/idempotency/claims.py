@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 import anyio
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.base import utc_now
 from app.db.models import IdempotencyKeyRow
 from app.errors import Conflict
 from app.idempotency import repository
@@ -104,15 +102,9 @@ async def claim_key(
         await anyio.sleep(POLL_S)
 
 
-def _claim_values(runtime: Runtime, keyed: KeyedRequest, resource_id: str | None, now: datetime) -> dict[str, object]:
-    window = timedelta(hours=runtime.settings.idempotency_window_hours)
-    return {
-        "request_hash": keyed.request_hash,
-        "claim_id": new_id("claim"),
-        "resource_id": resource_id,
-        "claimed_at": now,
-        "expires_at": now + window,
-    }
+def _claim_values(keyed: KeyedRequest, resource_id: str | None) -> dict[str, object]:
+    """A claim's columns but its times, which the database's clock writes (repository)."""
+    return {"request_hash": keyed.request_hash, "claim_id": new_id("claim"), "resource_id": resource_id}
 
 
 async def _try_claim(
@@ -123,37 +115,35 @@ async def _try_claim(
     the first look tries the insert that claims the key at once (a new key, the usual case, is one statement); a
     request waiting on another reads first (a poll that writes would compete with the request it waits for)."""
     database = runtime.database
-    now = utc_now()
-    values = _claim_values(runtime, keyed, resource_id, now)
+    window_s = runtime.settings.idempotency_window_hours * 3600
+    values = _claim_values(keyed, resource_id)
     claim = Claim(tenant, keyed.key, str(values["claim_id"]), resource_id)
 
     async def insert() -> bool:
         async with database.transaction() as session:
-            return await repository.insert_claim(session, {"tenant": tenant, "key": keyed.key, **values})
+            keyed_values = {"tenant": tenant, "key": keyed.key, **values}
+            return await repository.insert_claim(session, keyed_values, window_s=window_s)
 
     if insert_first and await insert():
         return claim
     async with database.read() as session:
-        row = await repository.get_key(session, tenant, keyed.key)
-    if row is None:  # never there, or released since (its request failed)
+        state = await repository.get_key(
+            session, tenant, keyed.key, abandoned_s=runtime.settings.idempotency_abandoned_s
+        )
+    if state is None:  # never there, or released since (its request failed)
         return claim if await insert() else None
-    expired = row.expires_at <= now
-    if not expired and row.request_hash != keyed.request_hash:
+    row = state.row
+    if not state.expired and row.request_hash != keyed.request_hash:
         raise key_reused()
-    abandoned = row.state == repository.RUNNING and now - row.claimed_at > _abandoned_after(runtime)
-    if expired or abandoned:
-        if abandoned:
+    if state.expired or state.abandoned:
+        if state.abandoned:
             logger.warning("taking over an Idempotency-Key whose request never finished (claimed %s)", row.claimed_at)
         async with database.transaction() as session:
-            won = await repository.take_over(session, tenant, keyed.key, row.claim_id, values)
+            won = await repository.take_over(session, tenant, keyed.key, row.claim_id, values, window_s=window_s)
         return claim if won else None
     if row.state == repository.RUNNING:
         return None
     return _earlier(runtime, row)
-
-
-def _abandoned_after(runtime: Runtime) -> timedelta:
-    return timedelta(seconds=runtime.settings.idempotency_abandoned_s)
 
 
 def _earlier(runtime: Runtime, row: IdempotencyKeyRow) -> Earlier:

@@ -2,7 +2,9 @@
 generates (with each batch it stores, and on a heartbeat), hands it over when its process stops, and finishes it.
 Every one of these is a conditional write on the response's row, made in the caller's transaction beside what it
 stores, and fenced by the claim's attempt (lifecycle's Holder), so that a takeover and a late first run never both
-store, even where both runs are in one process."""
+store, even where both runs are in one process. Its expiry is written and judged by the database's clock
+(app/db/clock.py): a host whose clock runs fast or slow neither takes a live lease nor writes one already spent.
+This process's own clock only times its lease's length (time.monotonic, which no clock step moves)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,10 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.base import utc_now
 from app.db.session import Database
 from app.generation.runner import GenerationRun
 from app.jobs import repository
@@ -76,9 +76,6 @@ class JobLease:
         assert self._claimed_by is not None, "the lease is used before its claim"
         return self._claimed_by
 
-    def _until(self) -> datetime:
-        return utc_now() + timedelta(seconds=self.lease_s)
-
     async def claim(self, session: AsyncSession, *, keeps_events: bool) -> Claim | None:
         """Take the job (queued, or in progress with an expired lease): None when it was cancelled, has ended, or
         another worker holds it."""
@@ -87,8 +84,7 @@ class JobLease:
             session,
             self.response_id,
             owner=self.owner,
-            now=utc_now(),
-            lease_until=self._until(),
+            lease_s=self.lease_s,
             keep_job=self.keep_job,
         )
         if row is None:
@@ -109,7 +105,7 @@ class JobLease:
     async def renew(self, session: AsyncSession, progress: ProgressStep | None = None) -> bool:
         """Extend the lease, appending `progress`; whether a cancel was requested. LeaseLost when it is not ours."""
         held, cancel, steer = await repository.renew(
-            session, self.response_id, holder=self.holder, now=utc_now(), lease_until=self._until(), progress=progress
+            session, self.response_id, holder=self.holder, lease_s=self.lease_s, progress=progress
         )
         if not held:
             raise LeaseLost(self.response_id)
@@ -139,9 +135,8 @@ class JobLease:
     async def hand_over(self, session: AsyncSession, progress: ProgressStep | None) -> bool:
         """Give the lease up now (this process stops), with the progress a takeover goes on from: whether it was
         still ours."""
-        now = utc_now()
         held, _, _ = await repository.renew(
-            session, self.response_id, holder=self.holder, now=now, lease_until=now, progress=progress
+            session, self.response_id, holder=self.holder, lease_s=0.0, progress=progress
         )
         return held
 
@@ -149,7 +144,7 @@ class JobLease:
         """Give the job back to the queue now (preempted), with the progress the next run goes on from: whether
         it was still ours. Unlike a hand-over its lease does not expire: the response is `queued` again, so the
         reconciler leaves it to the queue that holds it."""
-        if not await transitions.hand_back(session, self.response_id, holder=self.holder, now=utc_now()):
+        if not await transitions.hand_back(session, self.response_id, holder=self.holder):
             return False
         await repository.append_progress(session, self.response_id, progress)
         return True

@@ -9,11 +9,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from app.config import Settings
-from app.db.base import utc_now
 from app.db.models import ResponseRow
 from app.db.session import Database
 from app.events.terminal import terminal_event
@@ -108,12 +107,11 @@ async def end_response(
     so far: with stored events (closing what was open, then the terminal one) when its events are kept, so a
     replay ends, published for live streams. The terminal event, or None when someone holds it or it has ended."""
     async with database.transaction() as session:
-        now = utc_now()
-        row = await jobs.lock_unheld(session, response_id, now=now)
+        row = await jobs.lock_unheld(session, response_id)
         if row is None:  # held (its worker ends it) or ended: nothing to rebuild
             return None
         values, closing = _ending(row, await jobs.progress_of(session, response_id), status, error)
-        if not await transitions.end_unheld(session, response_id, now=now, values=values, turn=_turn(row)):
+        if not await transitions.end_unheld(session, response_id, values=values, turn=_turn(row)):
             return None
         row = await jobs.reload(session, response_id)
         if row is None:
@@ -164,22 +162,23 @@ class Reconciler:
         require_registered()  # the ends it makes run the effects registered at start-up: none may be missing
 
     async def run_round(self) -> RoundReport:
-        now = utc_now()
+        # Every lease and age is judged by the database's clock (app/db/clock.py): a reconciler on a host whose
+        # clock runs fast takes over no live lease.
         async with self.database.read() as session:
-            expired = await jobs.expired_leases(session, now=now, limit=RECONCILE_PAGE)
+            expired = await jobs.expired_leases(session, limit=RECONCILE_PAGE)
         taken_over = ended = 0
         for row in expired:
-            if await self._settle(row, now):
+            if await self._settle(row):
                 taken_over += 1
             else:
                 ended += 1
-        requeued = await self._requeue_lost(now) + await self.queue.release_stranded()
-        ended += await self._end_unserved(now)
+        requeued = await self._requeue_lost() + await self.queue.release_stranded()
+        ended += await self._end_unserved()
         if taken_over or ended or requeued:
             logger.warning("reconciled: %d taken over, %d ended, %d re-enqueued", taken_over, ended, requeued)
         return RoundReport(taken_over, ended, requeued)
 
-    async def _settle(self, row: ResponseRow, now: datetime) -> bool:
+    async def _settle(self, row: ResponseRow) -> bool:
         """True when the job goes to another run; False when the response was ended (or is no longer ours)."""
         bus = self.queue.bus
         if row.cancel_requested_at is not None:
@@ -192,7 +191,7 @@ class Reconciler:
         if resumable and lost_runs < self.policy.max_attempts:
             assert row.job is not None
             async with self.database.transaction() as session:
-                released = await transitions.release_for_takeover(session, row.id, now=now)
+                released = await transitions.release_for_takeover(session, row.id)
             if released:
                 logger.warning("response %s lost its worker %s: enqueued again", row.id, row.lease_owner)
                 # If this fails (the queue is down), the queued row is found by a later round's _requeue_lost.
@@ -202,13 +201,10 @@ class Reconciler:
         await end_response(self.database, bus, row.id, status="failed", error=error)
         return False
 
-    async def _requeue_lost(self, now: datetime) -> int:
+    async def _requeue_lost(self) -> int:
         async with self.database.read() as session:
             page = await jobs.queued_page(
-                session,
-                created_before=now - timedelta(seconds=LOST_JOB_AGE_S),
-                after=self._cursor,
-                limit=RECONCILE_PAGE,
+                session, older_than_s=LOST_JOB_AGE_S, after=self._cursor, limit=RECONCILE_PAGE
             )
         self._cursor = (page[-1][1], page[-1][0]) if len(page) == RECONCILE_PAGE else None
         requeued = 0
@@ -223,14 +219,12 @@ class Reconciler:
                 requeued += 1
         return requeued
 
-    async def _end_unserved(self, now: datetime) -> int:
+    async def _end_unserved(self) -> int:
         """Foreground responses queued for longer than a lease while no worker serves their model (the one there
         was died, or drained, after the create was taken) end `failed` rather than hold their clients without
         bound; background ones wait for a worker, as their clients do not."""
         async with self.database.read() as session:
-            waiting = await jobs.queued_foreground(
-                session, created_before=now - timedelta(seconds=self.policy.lease_s), limit=RECONCILE_PAGE
-            )
+            waiting = await jobs.queued_foreground(session, older_than_s=self.policy.lease_s, limit=RECONCILE_PAGE)
         served: dict[str, bool] = {}
         ended = 0
         for response_id, model in waiting:

@@ -2,7 +2,8 @@
 A response's status changes (the claim, a release, a hand-back, its end) are app/lifecycle's.
 
 Every write here is conditional, so that a worker, a reconciler and a cancel racing on one response settle it
-once: whoever's update matched the row won; the others see a rowcount of 0 and back off.
+once: whoever's update matched the row won; the others see a rowcount of 0 and back off. Leases and ages are
+judged by the database's clock (app/db/clock.py), never by the caller's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.clock import database_in, database_now
 from app.db.models import GenerationProgressRow, ResponseEventRow, ResponseRow
 from app.lifecycle.transitions import Holder, held_by, unheld, update_row
 
@@ -56,15 +58,12 @@ async def renew(
     response_id: str,
     *,
     holder: Holder,
-    now: datetime,
-    lease_until: datetime | None,
+    lease_s: float,
     progress: ProgressStep | None = None,
 ) -> tuple[bool, bool, bool]:
-    """Extend the lease (and append a progress step) while `holder` holds it: (still held, cancel requested,
-    steer requested)."""
-    values: dict[str, Any] = {"heartbeat_at": now}
-    if lease_until is not None:
-        values["lease_expires_at"] = lease_until
+    """Extend the lease to `lease_s` from now (0: it ends now), and append a progress step, while `holder` holds
+    it: (still held, cancel requested, steer requested)."""
+    values: dict[str, Any] = {"heartbeat_at": database_now(session), "lease_expires_at": database_in(session, lease_s)}
     if not await update_row(session, values, ResponseRow.id == response_id, held_by(holder)):
         return False, False, False
     await append_progress(session, response_id, progress)
@@ -136,13 +135,13 @@ async def request_cancel(session: AsyncSession, response_id: str, *, now: dateti
     return (await session.execute(query)).scalar_one_or_none() in ("queued", "in_progress")
 
 
-async def expired_leases(session: AsyncSession, *, now: datetime, limit: int) -> list[ResponseRow]:
-    """In-progress responses whose lease ran out (oldest first), one page."""
+async def expired_leases(session: AsyncSession, *, limit: int) -> list[ResponseRow]:
+    """In-progress responses whose lease ran out by the database's clock (oldest first), one page."""
     query = (
         select(ResponseRow)
         .where(
             ResponseRow.status == "in_progress",
-            or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
+            or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < database_now(session)),
         )
         .order_by(ResponseRow.lease_expires_at)
         .limit(limit)
@@ -151,12 +150,14 @@ async def expired_leases(session: AsyncSession, *, now: datetime, limit: int) ->
 
 
 async def queued_page(
-    session: AsyncSession, *, created_before: datetime, after: tuple[datetime, str] | None, limit: int
+    session: AsyncSession, *, older_than_s: float, after: tuple[datetime, str] | None, limit: int
 ) -> list[tuple[str, datetime]]:
-    """(id, created_at) of responses queued since before `created_before`, after the cursor `after`, in order:
-    reconciliation reads one page a round rather than every queued job."""
+    """(id, created_at) of responses queued for over `older_than_s` (by the database's clock), after the cursor
+    `after`, in order: reconciliation reads one page a round rather than every queued job."""
     query = select(ResponseRow.id, ResponseRow.created_at).where(
-        ResponseRow.status == "queued", ResponseRow.created_at < created_before, ResponseRow.job.is_not(None)
+        ResponseRow.status == "queued",
+        ResponseRow.created_at < database_in(session, -older_than_s),
+        ResponseRow.job.is_not(None),
     )
     if after is not None:
         query = query.where(
@@ -169,15 +170,15 @@ async def queued_page(
     return [(response_id, created_at) for response_id, created_at in (await session.execute(query)).all()]
 
 
-async def queued_foreground(session: AsyncSession, *, created_before: datetime, limit: int) -> list[tuple[str, str]]:
-    """(id, model) of foreground responses queued since before `created_before`, oldest first: a client holds
-    its connection for each."""
+async def queued_foreground(session: AsyncSession, *, older_than_s: float, limit: int) -> list[tuple[str, str]]:
+    """(id, model) of foreground responses queued for over `older_than_s` (by the database's clock), oldest
+    first: a client holds its connection for each."""
     query = (
         select(ResponseRow.id, ResponseRow.model)
         .where(
             ResponseRow.status == "queued",
             ResponseRow.background.is_(False),
-            ResponseRow.created_at < created_before,
+            ResponseRow.created_at < database_in(session, -older_than_s),
             ResponseRow.job.is_not(None),
         )
         .order_by(ResponseRow.created_at)
@@ -215,11 +216,11 @@ async def last_event(session: AsyncSession, response_id: str) -> dict[str, Any] 
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def lock_unheld(session: AsyncSession, response_id: str, *, now: datetime) -> ResponseRow | None:
+async def lock_unheld(session: AsyncSession, response_id: str) -> ResponseRow | None:
     """The row if nobody holds it (queued, or its lease expired), locked until the transaction ends (Postgres;
     SQLite serialises writers anyway): its progress is read to end it, and must not change before the end is
     written. None when it is held or has ended."""
-    query = select(ResponseRow).where(ResponseRow.id == response_id, unheld(now)).with_for_update()
+    query = select(ResponseRow).where(ResponseRow.id == response_id, unheld(database_now(session))).with_for_update()
     return (await session.execute(query.execution_options(populate_existing=True))).scalar_one_or_none()
 
 

@@ -4,7 +4,8 @@ whoever makes it (the run that holds the job, a cancel or the reconciler for one
 run with no row), through one ended step that runs the registered end effects (effects.py).
 
 Every write is conditional, so that a worker, a reconciler and a cancel racing on one response settle it once:
-whoever's update matched the row won; the others see a rowcount of 0 and back off.
+whoever's update matched the row won; the others see a rowcount of 0 and back off. A lease's expiry is written and
+judged by the database's clock (app/db/clock.py), never by the caller's: hosts' clocks drift.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.clock import database_in, database_now
 from app.db.models import GenerationProgressRow, ResponseRow
 from app.lifecycle.effects import Ending, TurnEnd, run_effects
 
@@ -30,8 +32,9 @@ class Holder:
     attempt: int
 
 
-def unheld(now: datetime) -> ColumnElement[bool]:
-    """Queued, or in progress with no live lease (its worker died, or the reconciler released it)."""
+def unheld(now: ColumnElement[datetime]) -> ColumnElement[bool]:
+    """Queued, or in progress with no live lease (its worker died, or the reconciler released it); `now`: the
+    database's (app/db/clock.py)."""
     return or_(
         ResponseRow.status == "queued",
         and_(
@@ -61,15 +64,17 @@ async def update_row(session: AsyncSession, values: dict[str, Any], *conditions:
 
 
 async def claim(
-    session: AsyncSession, response_id: str, *, owner: str, now: datetime, lease_until: datetime, keep_job: bool
+    session: AsyncSession, response_id: str, *, owner: str, lease_s: float, keep_job: bool
 ) -> ResponseRow | None:
-    """queued (or in progress with an expired lease) -> in_progress under a lease; the row as claimed, or None
-    when someone else holds it or it has ended. `keep_job`: keep the stored job for a later takeover."""
+    """queued (or in progress with an expired lease) -> in_progress under a lease of `lease_s` from now; the row
+    as claimed, or None when someone else holds it or it has ended. `keep_job`: keep the stored job for a later
+    takeover."""
+    now = database_now(session)
     values: dict[str, Any] = {
         "status": "in_progress",
         "heartbeat_at": now,
         "lease_owner": owner,
-        "lease_expires_at": lease_until,
+        "lease_expires_at": database_in(session, lease_s),
         "attempts": ResponseRow.attempts + 1,
     }
     if not keep_job:
@@ -79,7 +84,7 @@ async def claim(
     return await session.get(ResponseRow, response_id, populate_existing=True)
 
 
-async def release_for_takeover(session: AsyncSession, response_id: str, *, now: datetime) -> bool:
+async def release_for_takeover(session: AsyncSession, response_id: str) -> bool:
     """in_progress -> queued: an expired lease becomes nobody's (its output so far kept) until a run claims it, so
     that a poller can tell that nothing generates it meanwhile."""
     values = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
@@ -88,18 +93,18 @@ async def release_for_takeover(session: AsyncSession, response_id: str, *, now: 
         values,
         ResponseRow.id == response_id,
         ResponseRow.status == "in_progress",
-        or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < now),
+        or_(ResponseRow.lease_expires_at.is_(None), ResponseRow.lease_expires_at < database_now(session)),
     )
 
 
-async def hand_back(session: AsyncSession, response_id: str, *, holder: Holder, now: datetime) -> bool:
+async def hand_back(session: AsyncSession, response_id: str, *, holder: Holder) -> bool:
     """in_progress -> queued: a run preempted for another tenant's job gives its job back (while `holder` holds
     it), its output so far kept, until a run claims it. Whether it was still held."""
     values = {
         "status": "queued",
         "lease_owner": None,
         "lease_expires_at": None,
-        "heartbeat_at": now,
+        "heartbeat_at": database_now(session),
         "preemptions": ResponseRow.preemptions + 1,
     }
     return await update_row(session, values, ResponseRow.id == response_id, held_by(holder))
@@ -124,12 +129,12 @@ async def end_held(
 
 
 async def end_unheld(
-    session: AsyncSession, response_id: str, *, now: datetime, values: dict[str, Any], turn: TurnEnd | None = None
+    session: AsyncSession, response_id: str, *, values: dict[str, Any], turn: TurnEnd | None = None
 ) -> bool:
     """-> terminal, for a response nobody holds (queued, or its lease expired): a cancel, or a reconciler's
     verdict; then the ended step. Whether it was unheld."""
     final = {**values, "job": null(), "lease_expires_at": None}
-    if not await update_row(session, final, ResponseRow.id == response_id, unheld(now)):
+    if not await update_row(session, final, ResponseRow.id == response_id, unheld(database_now(session))):
         return False
     await _ended(session, response_id, turn=turn)
     return True

@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
 
 from app.config import Settings
-from app.db.base import utc_now
 from app.db.models import VectorStoreFileRow
 from app.db.session import Database
 from app.files import repository as files
@@ -70,15 +68,8 @@ class Indexer:
     async def run_round(self) -> bool:
         """Give up the files out of attempts, then index one file if one waits; whether one did."""
         await self.give_up_exhausted()
-        now = utc_now()
         async with self.database.transaction() as session:
-            row = await repository.claim_next(
-                session,
-                self.owner,
-                now=now,
-                until=now + timedelta(seconds=self.lease_s),
-                max_attempts=self.max_attempts,
-            )
+            row = await repository.claim_next(session, self.owner, lease_s=self.lease_s, max_attempts=self.max_attempts)
             if row is not None:
                 session.expunge(row)
         if row is None:
@@ -88,9 +79,7 @@ class Indexer:
 
     async def give_up_exhausted(self) -> int:
         async with self.database.transaction() as session:
-            lost = await repository.exhausted(
-                session, now=utc_now(), max_attempts=self.max_attempts, limit=GIVE_UP_BATCH
-            )
+            lost = await repository.exhausted(session, max_attempts=self.max_attempts, limit=GIVE_UP_BATCH)
             for store_id, file_id in lost:
                 message = (
                     f"Indexing did not finish in {self.max_attempts} attempts (the process indexing it was lost, or "
@@ -114,8 +103,7 @@ class Indexer:
         except EmbeddingUnavailable as error:
             logger.warning("indexing %s: %s; trying again later", row.id, error)
             async with self.database.transaction() as session:
-                retry_at = utc_now() + timedelta(seconds=self.lease_s)
-                await repository.release_claim(session, *key, self.owner, retry_at)
+                await repository.release_claim(session, *key, self.owner, self.lease_s)
         except ClaimLost:
             logger.info("indexing %s in %s stopped: the file is no longer ours", row.id, row.vector_store_id)
         else:
@@ -138,9 +126,7 @@ class Indexer:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             async with self.database.transaction() as session:
-                held = await repository.renew_claim(
-                    session, store_id, file_id, self.owner, utc_now() + timedelta(seconds=self.lease_s)
-                )
+                held = await repository.renew_claim(session, store_id, file_id, self.owner, self.lease_s)
             if not held:
                 raise ClaimLost()
 

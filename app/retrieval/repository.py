@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.clock import database_in, database_now
 from app.db.models import VectorStoreChunkRow, VectorStoreFileRow, VectorStoreRow
 
 SQLITE_LEXICAL = """
@@ -141,22 +142,24 @@ async def chunk_texts_by_id(session: AsyncSession, chunk_ids: Sequence[int]) -> 
     return {int(chunk_id): body for chunk_id, body in rows.all()}
 
 
-def _claimable(now: datetime) -> list[Any]:
+def _claimable(session: AsyncSession) -> list[Any]:
+    """Waiting to be indexed: never claimed, or its claim expired by the database's clock (app/db/clock.py), which
+    writes every claim's expiry too: no host's clock decides who indexes a file."""
     return [
         VectorStoreFileRow.status == "in_progress",
-        or_(VectorStoreFileRow.lease_expires_at.is_(None), VectorStoreFileRow.lease_expires_at < now),
+        or_(VectorStoreFileRow.lease_expires_at.is_(None), VectorStoreFileRow.lease_expires_at < database_now(session)),
     ]
 
 
 async def claim_next(
-    session: AsyncSession, owner: str, *, now: datetime, until: datetime, max_attempts: int
+    session: AsyncSession, owner: str, *, lease_s: float, max_attempts: int
 ) -> VectorStoreFileRow | None:
-    """Claim the oldest file waiting to be indexed (never claimed, or its claim expired) that has attempts left;
-    None when there is none, or another process claimed it first (a conditional UPDATE decides)."""
+    """Claim the oldest file waiting to be indexed (never claimed, or its claim expired) that has attempts left,
+    for `lease_s`; None when there is none, or another process claimed it first (a conditional UPDATE decides)."""
     candidate = (
         await session.execute(
             select(VectorStoreFileRow.vector_store_id, VectorStoreFileRow.id)
-            .where(*_claimable(now), VectorStoreFileRow.attempts < max_attempts)
+            .where(*_claimable(session), VectorStoreFileRow.attempts < max_attempts)
             .order_by(VectorStoreFileRow.created_at)
             .limit(1)
         )
@@ -166,8 +169,10 @@ async def claim_next(
     store_id, file_id = candidate
     claimed = await session.execute(
         update(VectorStoreFileRow)
-        .where(VectorStoreFileRow.vector_store_id == store_id, VectorStoreFileRow.id == file_id, *_claimable(now))
-        .values(claimed_by=owner, lease_expires_at=until, attempts=VectorStoreFileRow.attempts + 1)
+        .where(VectorStoreFileRow.vector_store_id == store_id, VectorStoreFileRow.id == file_id, *_claimable(session))
+        .values(
+            claimed_by=owner, lease_expires_at=database_in(session, lease_s), attempts=VectorStoreFileRow.attempts + 1
+        )
     )
     if claimed.rowcount != 1:  # type: ignore[attr-defined]
         return None
@@ -183,21 +188,23 @@ def _held(store_id: str, file_id: str, owner: str) -> list[Any]:
     ]
 
 
-async def renew_claim(session: AsyncSession, store_id: str, file_id: str, owner: str, until: datetime) -> bool:
-    """Extend the claim; False when it is no longer ours (it expired and was taken, or the file was cancelled,
-    detached or its store deleted)."""
+async def renew_claim(session: AsyncSession, store_id: str, file_id: str, owner: str, lease_s: float) -> bool:
+    """Extend the claim to `lease_s` from now; False when it is no longer ours (it expired and was taken, or the
+    file was cancelled, detached or its store deleted)."""
     result = await session.execute(
-        update(VectorStoreFileRow).where(*_held(store_id, file_id, owner)).values(lease_expires_at=until)
+        update(VectorStoreFileRow)
+        .where(*_held(store_id, file_id, owner))
+        .values(lease_expires_at=database_in(session, lease_s))
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-async def release_claim(session: AsyncSession, store_id: str, file_id: str, owner: str, retry_at: datetime) -> bool:
-    """Hand the file back (to be claimed again from `retry_at`): its attempt counts."""
+async def release_claim(session: AsyncSession, store_id: str, file_id: str, owner: str, retry_in_s: float) -> bool:
+    """Hand the file back (to be claimed again `retry_in_s` from now): its attempt counts."""
     result = await session.execute(
         update(VectorStoreFileRow)
         .where(*_held(store_id, file_id, owner))
-        .values(claimed_by=None, lease_expires_at=retry_at)
+        .values(claimed_by=None, lease_expires_at=database_in(session, retry_in_s))
     )
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
@@ -256,11 +263,11 @@ async def fail_indexing(
     return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-async def exhausted(session: AsyncSession, *, now: datetime, max_attempts: int, limit: int) -> list[tuple[str, str]]:
+async def exhausted(session: AsyncSession, *, max_attempts: int, limit: int) -> list[tuple[str, str]]:
     """Files still in progress whose every attempt was lost (the last claim expired too): (store id, file id)."""
     rows = await session.execute(
         select(VectorStoreFileRow.vector_store_id, VectorStoreFileRow.id)
-        .where(*_claimable(now), VectorStoreFileRow.attempts >= max_attempts)
+        .where(*_claimable(session), VectorStoreFileRow.attempts >= max_attempts)
         .limit(limit)
     )
     return [(store_id, file_id) for store_id, file_id in rows.all()]

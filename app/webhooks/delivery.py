@@ -172,16 +172,9 @@ class WebhookDeliverer:
         if bounds is None:
             return []
         token = new_id("claim")
-        now = utc_now()
         async with self.database.transaction() as session:
-            due = await repository.due_fairly(session, now=now, bounds=bounds)
-            claimed = await repository.claim(
-                session,
-                self._fitting(due),
-                token=token,
-                now=now,
-                claimed_until=now + timedelta(seconds=self.policy.claim_s),
-            )
+            due = await repository.due_fairly(session, bounds=bounds)
+            claimed = await repository.claim(session, self._fitting(due), token=token, claim_s=self.policy.claim_s)
             endpoints = await repository.endpoints_by_id(session, list({row.endpoint_id for row in claimed}))
         return [self._start(row, endpoints.get(row.endpoint_id), token) for row in claimed]
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.clock import database_in, database_now
 from app.db.models import WebhookDeliveryRow, WebhookEndpointRow
 from app.db.paging import page_by_creation
 
@@ -139,13 +140,14 @@ class ClaimBounds:
     busy_tenants: frozenset[str] = frozenset()
 
 
-async def due_fairly(session: AsyncSession, *, now: datetime, bounds: ClaimBounds) -> list[tuple[str, str, str]]:
-    """(id, tenant, endpoint id) of due deliveries, oldest first within each endpoint and each tenant, taken in
-    turns across tenants (every tenant's oldest, then every tenant's second...): at most `per_endpoint` of an
-    endpoint, `per_tenant` of a tenant and `limit` in all. Window functions: SQLite and Postgres alike."""
+async def due_fairly(session: AsyncSession, *, bounds: ClaimBounds) -> list[tuple[str, str, str]]:
+    """(id, tenant, endpoint id) of due deliveries (by the database's clock: a claim's expiry is judged by it),
+    oldest first within each endpoint and each tenant, taken in turns across tenants (every tenant's oldest, then
+    every tenant's second...): at most `per_endpoint` of an endpoint, `per_tenant` of a tenant and `limit` in all.
+    Window functions: SQLite and Postgres alike."""
     row = WebhookDeliveryRow
     due = select(row.id, row.tenant, row.endpoint_id, row.next_attempt_at).where(
-        row.status == "pending", row.next_attempt_at <= now
+        row.status == "pending", row.next_attempt_at <= database_now(session)
     )
     if bounds.busy_endpoints:
         due = due.where(row.endpoint_id.not_in(sorted(bounds.busy_endpoints)))
@@ -173,13 +175,13 @@ async def due_fairly(session: AsyncSession, *, now: datetime, bounds: ClaimBound
     return [(found.id, found.tenant, found.endpoint_id) for found in (await session.execute(query)).all()]
 
 
-async def claim(
-    session: AsyncSession, ids: Sequence[str], *, token: str, now: datetime, claimed_until: datetime
-) -> list[WebhookDeliveryRow]:
-    """Claim these deliveries for one attempt each, those still due: their next attempt moves to `claimed_until`
+async def claim(session: AsyncSession, ids: Sequence[str], *, token: str, claim_s: float) -> list[WebhookDeliveryRow]:
+    """Claim these deliveries for one attempt each, those still due: their next attempt moves `claim_s` ahead
     (when a claimer that died leaves them due again) under `token`. The update is conditional on the row being due
     still, so of two processes claiming at once (SQLite, or Postgres without the row locks) one gets each row; on
-    Postgres SKIP LOCKED also lets them pass over the rows another is claiming instead of waiting on it."""
+    Postgres SKIP LOCKED also lets them pass over the rows another is claiming instead of waiting on it. The claim's
+    expiry is written and judged by the database's clock (app/db/clock.py): a claimer whose clock runs fast takes
+    no delivery another is still sending."""
     if not ids:
         return []
     if session.get_bind().dialect.name == "postgresql":
@@ -192,13 +194,13 @@ async def claim(
         .where(
             WebhookDeliveryRow.id.in_(ids),
             WebhookDeliveryRow.status == "pending",
-            WebhookDeliveryRow.next_attempt_at <= now,
+            WebhookDeliveryRow.next_attempt_at <= database_now(session),
         )
         .values(
             claim_token=token,
-            next_attempt_at=claimed_until,
+            next_attempt_at=database_in(session, claim_s),
             attempts=WebhookDeliveryRow.attempts + 1,
-            last_attempt_at=now,
+            last_attempt_at=database_now(session),
         )
         .execution_options(synchronize_session=False)
     )

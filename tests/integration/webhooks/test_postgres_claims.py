@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 
@@ -59,15 +58,10 @@ async def test_concurrent_claimers_share_no_attempt_and_miss_none(postgres_url: 
         taken: list[str] = []
         try:
             while True:
-                moment = utc_now()
                 async with database.transaction() as session:
-                    due = await repository.due_fairly(session, now=moment, bounds=repository.ClaimBounds(7, 7, 7))
+                    due = await repository.due_fairly(session, bounds=repository.ClaimBounds(7, 7, 7))
                     claimed = await repository.claim(
-                        session,
-                        [found[0] for found in due],
-                        token=f"claimer-{number}-{len(taken)}",
-                        now=moment,
-                        claimed_until=moment + timedelta(seconds=600),
+                        session, [found[0] for found in due], token=f"claimer-{number}-{len(taken)}", claim_s=600
                     )
                 if not due:
                     return taken

@@ -43,7 +43,7 @@ async def _expire_and_release(runtime: Runtime, response_id: str) -> None:
     async with runtime.database.transaction() as session:
         past = utc_now() - timedelta(seconds=1)
         await session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(lease_expires_at=past))
-        assert await transitions.release_for_takeover(session, response_id, now=utc_now())
+        assert await transitions.release_for_takeover(session, response_id)
 
 
 async def _status(runtime: Runtime, response_id: str) -> str:
@@ -102,7 +102,7 @@ async def test_a_preempted_run_gives_its_job_back_queued_with_its_progress_for_t
     assert row is not None and (row.status, row.lease_owner, row.lease_expires_at) == ("queued", None, None)
     # Not an expired lease: the reconciler leaves it to the queue that holds it.
     async with app_runtime.database.read() as session:
-        assert await jobs.expired_leases(session, now=utc_now() + timedelta(hours=1), limit=10) == []
+        assert await jobs.expired_leases(session, limit=10) == []
     # Given back once: its writes are refused from now on.
     async with app_runtime.database.transaction() as session:
         assert not await preempted.hand_back(session, None)

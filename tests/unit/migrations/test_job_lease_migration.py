@@ -9,7 +9,6 @@ from pathlib import Path
 
 from alembic import command
 
-from app.db.base import utc_now
 from app.db.migrations import alembic_config
 from app.db.session import create_engine, create_sessionmaker
 from app.jobs import repository as jobs
@@ -28,7 +27,7 @@ async def expired_rows(url: str) -> list[tuple[str, int, str | None]]:
     engine = create_engine(url)
     try:
         async with create_sessionmaker(engine)() as session:
-            expired = await jobs.expired_leases(session, now=utc_now(), limit=10)
+            expired = await jobs.expired_leases(session, limit=10)
             return [(row.id, row.attempts, row.lease_owner) for row in expired]
     finally:
         await engine.dispose()

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
 
 from app.config import Settings
-from app.db.base import utc_now
 from app.db.migrations import upgrade_to_head_async
 from app.db.models import VectorStoreChunkRow, VectorStoreFileRow, VectorStoreRow
 from app.db.session import Database
@@ -62,10 +60,8 @@ async def state(database: Database, key: tuple[str, str]) -> tuple[VectorStoreFi
 
 async def claim_and_die(database: Database, indexer: Indexer) -> None:
     """What a process killed mid-indexing leaves: its claim, and nothing else."""
-    now = utc_now()
     async with database.transaction() as session:
-        until = now + timedelta(seconds=indexer.lease_s)
-        assert await repository.claim_next(session, "dead", now=now, until=until, max_attempts=indexer.max_attempts)
+        assert await repository.claim_next(session, "dead", lease_s=indexer.lease_s, max_attempts=indexer.max_attempts)
 
 
 async def test_a_file_left_by_a_dead_process_is_indexed_by_another(database: Database) -> None:
@@ -95,11 +91,8 @@ async def test_a_file_whose_every_attempt_was_lost_fails(database: Database) -> 
 async def test_a_file_cancelled_mid_indexing_gets_nothing_written(database: Database) -> None:
     key = await attached_file(database)
     indexer = Indexer(database, settings(), None)
-    now = utc_now()
     async with database.transaction() as session:
-        row = await repository.claim_next(
-            session, indexer.owner, now=now, until=now + timedelta(seconds=5), max_attempts=2
-        )
+        row = await repository.claim_next(session, indexer.owner, lease_s=5, max_attempts=2)
         assert row is not None
     async with database.transaction() as session:
         await session.execute(update(VectorStoreFileRow).values(status="cancelled"))

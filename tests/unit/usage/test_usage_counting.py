@@ -100,7 +100,7 @@ async def test_a_queued_response_cancelled_counts_a_request_without_tokens(
     async with database.transaction() as session:
         session.add(queued_row("resp_queued", "public", created))
     async with database.transaction() as session:
-        assert await transitions.end_unheld(session, "resp_queued", now=created, values={"status": "cancelled"})
+        assert await transitions.end_unheld(session, "resp_queued", values={"status": "cancelled"})
     report = (await client.get("/v1/usage", params={"start": "2026-11-30", "end": "2026-11-30"})).json()
     assert report["data"][0]["num_model_requests"] == 1 and report["data"][0]["output_tokens"] == 0
 
@@ -123,9 +123,7 @@ async def test_a_response_counts_on_the_utc_day_it_was_created(app_runtime: Runt
         async with database.transaction() as session:
             values = {"status": "completed", "usage": used}
             # Ended a day later: the day is the creation's, not the end's.
-            assert await transitions.end_unheld(
-                session, f"resp_{index}", now=first_second + timedelta(days=1), values=values
-            )
+            assert await transitions.end_unheld(session, f"resp_{index}", values=values)
     report = (await client.get("/v1/usage", params={"start": "2026-11-30", "end": "2026-12-01"})).json()
     assert [(row["date"], row["num_model_requests"], row["input_tokens"]) for row in report["data"]] == [
         ("2026-11-30", 1, 10),

@@ -216,7 +216,7 @@ async def test_the_event_commits_with_the_final_state_or_not_at_all(
         async with app_runtime.database.transaction() as session:
             await jobs.expire_leases(session)
             failed = {"status": "failed", "error": {"code": "server_error", "message": "x"}}
-            assert await transitions.end_unheld(session, created["id"], now=utc_now(), values=failed)
+            assert await transitions.end_unheld(session, created["id"], values=failed)
             count = select(func.count()).select_from(WebhookDeliveryRow)
             assert (await session.execute(count)).scalar_one() == 1
             raise RuntimeError("rolled back")
@@ -261,16 +261,9 @@ async def test_two_claimers_never_take_one_attempt(
     try:
 
         async def claim(database: Database, token: str) -> set[str]:
-            now = utc_now()
             async with database.transaction() as session:
-                due = await repository.due_fairly(session, now=now, bounds=repository.ClaimBounds(25, 25, 25))
-                claimed = await repository.claim(
-                    session,
-                    [found[0] for found in due],
-                    token=token,
-                    now=now,
-                    claimed_until=now + timedelta(seconds=60),
-                )
+                due = await repository.due_fairly(session, bounds=repository.ClaimBounds(25, 25, 25))
+                claimed = await repository.claim(session, [found[0] for found in due], token=token, claim_s=60)
             return {row.id for row in claimed}
 
         first, second = await asyncio.gather(claim(app_runtime.database, "one"), claim(other, "two"))
@@ -393,12 +386,9 @@ async def test_an_attempt_whose_process_died_is_made_again_and_the_late_writer_i
             [delivery_id] = await record_event(
                 session, tenant=OPEN_TENANT, event_type="batch.completed", object_id="batch_1"
             )
-        now = utc_now()
         async with app_runtime.database.transaction() as session:
-            due = await repository.due_fairly(session, now=now, bounds=repository.ClaimBounds(10, 10, 10))
-            [claimed] = await repository.claim(
-                session, [found[0] for found in due], token="dead", now=now, claimed_until=now + timedelta(seconds=0.3)
-            )
+            due = await repository.due_fairly(session, bounds=repository.ClaimBounds(10, 10, 10))
+            [claimed] = await repository.claim(session, [found[0] for found in due], token="dead", claim_s=0.3)
         survivor = deliverer(app_runtime)
         assert await survivor.run_round() == 0  # still claimed by the dead process
         await asyncio.sleep(0.35)
