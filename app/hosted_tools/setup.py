@@ -21,7 +21,13 @@ from app.schemas.hosted_items import (
     WEB_SEARCH_RESULTS_INCLUDE,
     WEB_SEARCH_SOURCES_INCLUDE,
 )
-from app.schemas.tools import FILE_SEARCH, WEB_SEARCH, WEB_SEARCH_TYPES, hosted_label
+from app.schemas.tools import (
+    FILE_SEARCH,
+    FILE_SEARCH_DEFAULT_MAX_RESULTS,
+    WEB_SEARCH,
+    WEB_SEARCH_TYPES,
+    hosted_label,
+)
 
 #: The longest query a call may write: a forced call's grammar holds it there (a small model, left to itself,
 #: may never close the string).
@@ -74,7 +80,7 @@ class FileSearchToolParam(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["file_search"]
     vector_store_ids: list[str] = Field(min_length=1, max_length=MAX_STORES)
-    max_num_results: int = Field(10, ge=1, le=50)
+    max_num_results: int = Field(FILE_SEARCH_DEFAULT_MAX_RESULTS, ge=1, le=50)
     filters: dict[str, Any] | None = None
     ranking_options: RankingOptionsParam | None = None
 

@@ -24,6 +24,7 @@ from app.mcp.servers import redacted
 from app.schemas.tools import (
     CLIENT_TOOL_TYPES,
     FILE_SEARCH,
+    FILE_SEARCH_DEFAULT_MAX_RESULTS,
     HOSTED_TOOL_TYPES,
     WEB_SEARCH,
     WEB_SEARCH_TYPES,
@@ -56,8 +57,18 @@ def _echoed_function(tool: dict[str, Any]) -> dict[str, Any]:
     return {"description": None, "parameters": None, **tool, "strict": bool(tool.get("strict"))}
 
 
+def _echoed_file_search(tool: dict[str, Any]) -> dict[str, Any]:
+    # The options it searches with when the create left them out: the SDK's FileSearchTool declares them, and Open
+    # Responses' FileSearchTool requires max_num_results, ranking_options (ranker, score_threshold) and filters.
+    ranking = tool.get("ranking_options")
+    if ranking is None or isinstance(ranking, dict):
+        ranking = {"ranker": "auto", "score_threshold": 0.0, **(ranking or {})}
+    return {"max_num_results": FILE_SEARCH_DEFAULT_MAX_RESULTS, "filters": None, **tool, "ranking_options": ranking}
+
+
 def echoed_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tools as a Response echoes them: function tools with every field the SDK declares, strict a boolean."""
+    """The tools as a Response echoes them: function tools with every field the SDK declares, strict a boolean;
+    file_search with the options it searches with."""
     echoed: list[dict[str, Any]] = []
     for tool in tools:
         if tool.get("type") == "function":
@@ -70,6 +81,8 @@ def echoed_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
             tool = {**tool, "tools": members}
         elif tool.get("type") == "mcp":
             tool = redacted(tool)
+        elif tool.get("type") == FILE_SEARCH:
+            tool = _echoed_file_search(tool)
         echoed.append(tool)
     return echoed
 

@@ -26,6 +26,8 @@ HOSTED_TOOL_TYPES = frozenset(
 #: usable: each offered to the model as a function of this name, its calls made between rounds of the tool loop
 #: under a server_label no MCP server can have (labels take no colon), and returned as the SDK's item of its type.
 FILE_SEARCH = "file_search"
+#: How many results a file_search call returns when its tool gives no max_num_results.
+FILE_SEARCH_DEFAULT_MAX_RESULTS = 10
 WEB_SEARCH = "web_search"
 HOSTED_LABEL_PREFIX = "hosted:"
 WEB_SEARCH_TYPES = frozenset(

@@ -128,6 +128,43 @@ async def test_max_num_results_and_filters_reach_the_search(alpha: httpx.AsyncCl
     assert results[0]["attributes"] == {"team": "south"}
 
 
+async def test_the_response_echoes_the_tool_with_the_options_it_searched_with(
+    alpha: httpx.AsyncClient, runner: FakeRunner
+) -> None:
+    """Open Responses' FileSearchTool requires max_num_results, ranking_options and filters in a Response's tools
+    (its suite's file-search test fails the response on `tools.0` without them); what was sent is kept."""
+    store, _ = await store_with(alpha, {"lighthouse.txt": (LIGHTHOUSE, None)})
+    rounds(runner, search_call("lighthouse keeper"), "Ada.", search_call("keeper"), "Ada.")
+    bare = (
+        await alpha.post(
+            "/v1/responses",
+            json={"input": "Who?", "tools": [file_search(store)], "tool_choice": {"type": "file_search"}},
+        )
+    ).json()
+    assert bare["tools"] == [
+        {
+            "type": "file_search",
+            "vector_store_ids": [store],
+            "max_num_results": 10,
+            "filters": None,
+            "ranking_options": {"ranker": "auto", "score_threshold": 0.0},
+        }
+    ]
+    sent = file_search(
+        store,
+        max_num_results=3,
+        filters={"type": "eq", "key": "team", "value": "north"},
+        ranking_options={"score_threshold": 0.25},
+    )
+    body = (
+        await alpha.post(
+            "/v1/responses", json={"input": "Who?", "tools": [sent], "tool_choice": {"type": "file_search"}}
+        )
+    ).json()
+    assert body["tools"] == [{**sent, "ranking_options": {"ranker": "auto", "score_threshold": 0.25}}]
+    assert (await alpha.get(f"/v1/responses/{body['id']}")).json()["tools"] == body["tools"]
+
+
 async def test_another_project_s_store_is_a_404_and_bad_options_are_400s(
     alpha: httpx.AsyncClient, beta: httpx.AsyncClient, runner: FakeRunner
 ) -> None:
