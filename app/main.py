@@ -157,6 +157,18 @@ async def release_unstored_turns(database: Database) -> int:
     return claims
 
 
+def changes_heard_by(read_cache: ResponseJsonCache, database: Database, settings: Settings) -> ChangeListener | None:
+    """How the read cache hears every change of a response, so that it answers without a round trip
+    (app/read_cache/): on SQLite this process's own connections are hooked (now: before the first query); on
+    Postgres, the listener to run (returned). None where the cache trusts nothing (off, or a staleness of 0)."""
+    if not (read_cache.max_bytes and read_cache.staleness_s):
+        return None
+    if database.engine.dialect.name == "sqlite":
+        hear_own_changes(database.engine, read_cache)
+        return None
+    return ChangeListener(settings.database_url, read_cache)
+
+
 def create_app(
     settings: Settings | None = None,
     generation: GenerationFactory | None = None,
@@ -182,8 +194,7 @@ def create_app(
         read_cache = ResponseJsonCache(
             int(settings.read_cache_mb * 1024 * 1024), staleness_s=settings.read_cache_staleness_s
         )
-        if database.engine.dialect.name == "sqlite" and read_cache.max_bytes and read_cache.staleness_s:
-            hear_own_changes(database.engine, read_cache)  # before the first query: every connection hooked
+        listener = changes_heard_by(read_cache, database, settings)  # before the first query: hooks connections
         limit_tenant_labels(settings.metrics_max_tenants)
         if traced:
             tracing.instrument_database(database.engine)
@@ -221,9 +232,8 @@ def create_app(
             # Built after the queue: the embedded executor's file_search embeds with it, and shares the vectors.
             hosted.embedder, hosted.vectors = embedder, app.state.runtime.vector_cache
         maintenance: list[asyncio.Task[None]] = []
-        if database.engine.dialect.name == "postgresql" and read_cache.max_bytes and read_cache.staleness_s:
-            # Every change of a response is notified: the cache answers without a round trip (app/read_cache/).
-            app.state.read_cache_listener = listener = ChangeListener(settings.database_url, read_cache)
+        if listener is not None:
+            app.state.read_cache_listener = listener
             maintenance.append(asyncio.create_task(listener.run_forever()))
         reconciler = Reconciler(database, queue, RecoveryPolicy.from_settings(settings))
         if settings.embedded:
