@@ -9,6 +9,8 @@ import asyncio
 import functools
 import ipaddress
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -61,6 +63,36 @@ async def pin(url: str, allowed: AllowedHosts) -> tuple[str, str, dict[str, str]
     return pinned, host_header, extensions
 
 
+@asynccontextmanager
+async def pinned_stream(
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    *,
+    allowed: AllowedHosts,
+    timeout_s: float = TIMEOUT_S,
+    content: bytes | None = None,
+) -> AsyncIterator[httpx.Response]:
+    """One request through the guard (`pin`: no redirect, no proxy, a time limit), its answer open while the
+    block runs. OutboundRefused: the server may not call it; OutboundFailed: no answer came."""
+    pinned, host_header, extensions = await pin(url, allowed)
+    try:
+        async with (
+            asyncio.timeout(timeout_s),
+            httpx.AsyncClient(
+                timeout=timeout_s, follow_redirects=False, trust_env=False, verify=tls_context()
+            ) as client,
+            client.stream(
+                method, pinned, content=content, headers={**headers, "host": host_header}, extensions=extensions
+            ) as answer,
+        ):
+            yield answer
+    except TimeoutError:
+        raise OutboundFailed(f"No answer within {timeout_s:g} s.") from None
+    except httpx.HTTPError as error:
+        raise OutboundFailed(failure_reason(error)) from None
+
+
 async def post(
     url: str,
     body: bytes,
@@ -70,27 +102,10 @@ async def post(
     timeout_s: float = TIMEOUT_S,
 ) -> OutboundAnswer:
     """POST `body` to `url`. OutboundRefused: the server may not call it; OutboundFailed: no answer came."""
-    pinned, host_header, extensions = await pin(url, allowed)
-    try:
-        async with (
-            asyncio.timeout(timeout_s),
-            httpx.AsyncClient(
-                timeout=timeout_s, follow_redirects=False, trust_env=False, verify=tls_context()
-            ) as client,
-            client.stream(
-                "POST",
-                pinned,
-                content=body,
-                headers={**headers, "host": host_header, "content-type": "application/json"},
-                extensions=extensions,
-            ) as answer,
-        ):
-            # The body is never read: leaving the block closes the connection.
-            return OutboundAnswer(answer.status_code)
-    except TimeoutError:
-        raise OutboundFailed(f"No answer within {timeout_s:g} s.") from None
-    except httpx.HTTPError as error:
-        raise OutboundFailed(failure_reason(error)) from None
+    sent = {**headers, "content-type": "application/json"}
+    async with pinned_stream("POST", url, sent, allowed=allowed, timeout_s=timeout_s, content=body) as answer:
+        # The body is never read: leaving the block closes the connection.
+        return OutboundAnswer(answer.status_code)
 
 
 def failure_reason(error: httpx.HTTPError) -> str:
@@ -102,4 +117,13 @@ def failure_reason(error: httpx.HTTPError) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
-__all__ = ["AllowedHosts", "OutboundAnswer", "OutboundFailed", "OutboundRefused", "pin", "post", "tls_context"]
+__all__ = [
+    "AllowedHosts",
+    "OutboundAnswer",
+    "OutboundFailed",
+    "OutboundRefused",
+    "pin",
+    "pinned_stream",
+    "post",
+    "tls_context",
+]
